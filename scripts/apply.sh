@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Usage: scripts/apply.sh --python PY [--check | --status | --revert [--check]]
+#        scripts/apply.sh --overlay BASE [--python PY] [--out DIR]
+#        scripts/apply.sh --help
+#
+# Brings torch 2.12's cache-aware pre-grad pass timing
+# (torch._inductor.config.pre_grad_pass_timing) to an installed torch wheel
+# that lacks it, by applying the series in patches/<base>/.
+#
+# Installed wheel (the torch that interpreter PY imports):
+#   --python PY          apply the series for PY's torch version. Before writing
+#                        anything, every file it touches must match the wheel's
+#                        RECORD hashes; otherwise it refuses, names the files and
+#                        changes nothing. Originals are kept beside the install
+#                        (site-packages/.torch-pregrad-backport/) for --revert.
+#                        A second apply says "already applied" and exits 0; a
+#                        torch that already has pre_grad_pass_timing (2.12+, or a
+#                        build carrying the feature) is reported and left alone.
+#   --check              say what would happen; write nothing
+#   --status             print pristine / patched / modified for that install
+#   --revert             restore the originals, checked against RECORD again
+#
+# Overlay (the patched files of a base at their upstream paths, for copying
+# into an image or a vendored tree; see overlay/README.md):
+#   --overlay BASE       generate overlay/ for BASE (e.g. v2.11.0) from the
+#                        pristine release files plus the series. The pristine
+#                        files come from PY's torch if --python is given (it must
+#                        be BASE, pristine or patched by this script), else from
+#                        the wheel that `pip download` fetches (cached).
+#   --out DIR            write there instead of overlay/
+#
+# Supported bases: the directories of patches/ that hold a series file.
+# Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport)
+# holds downloaded wheels.
+# Exit codes: 0 done or nothing to do; 1 refused or failed (nothing changed);
+# 2 usage error.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+cache="${PREGRAD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pregrad-backport}"
+
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+die_usage() { printf 'apply.sh: %s\n(see scripts/apply.sh --help)\n' "$1" >&2; exit 2; }
+
+python="" mode="apply" check="" overlay_base="" out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h|--help) usage; exit 0 ;;
+    --python) [ $# -ge 2 ] || die_usage "--python needs an interpreter"; python="$2"; shift 2 ;;
+    --check) check="--check"; shift ;;
+    --status) mode="status"; shift ;;
+    --revert) mode="revert"; shift ;;
+    --overlay) [ $# -ge 2 ] || die_usage "--overlay needs a base, e.g. v2.11.0"; mode="overlay"; overlay_base="$2"; shift 2 ;;
+    --out) [ $# -ge 2 ] || die_usage "--out needs a directory"; out="$2"; shift 2 ;;
+    *) die_usage "unknown argument: $1" ;;
+  esac
+done
+
+if [ "$mode" = "overlay" ]; then
+  [ -z "$check" ] || die_usage "--check does not apply to --overlay"
+  args=(overlay --base "$overlay_base" --out "${out:-$repo/overlay}" --cache "$cache")
+  if [ -n "$python" ]; then
+    exec "$python" "$here/pregrad_wheel.py" "${args[@]}" --from-install
+  fi
+  exec python3 "$here/pregrad_wheel.py" "${args[@]}"
+fi
+
+[ -n "$python" ] || die_usage "say which torch to patch: --python PY"
+[ -z "$out" ] || die_usage "--out goes with --overlay"
+command -v "$python" >/dev/null 2>&1 || { echo "apply.sh: no such interpreter: $python" >&2; exit 1; }
+if [ "$mode" = "status" ]; then
+  [ -z "$check" ] || die_usage "--status writes nothing; drop --check"
+  exec "$python" "$here/pregrad_wheel.py" status
+fi
+exec "$python" "$here/pregrad_wheel.py" "$mode" $check

@@ -1,0 +1,110 @@
+"""Compile a small model cold, then warm, and report what Inductor did.
+
+Usage: PY scripts/show_effect.py     (prints one JSON report as its last line)
+
+Runs under the interpreter whose torch is being shown. For each scenario
+(no custom pre-grad pass; a pass with a uuid; a pass without one) it trains
+one step of a small MLP with torch.compile against an empty cache directory
+(cold), resets Dynamo and does it again (warm), counting how often Inductor
+ran its pre-grad passes and the AOTAutograd / FX graph cache hits, misses and
+bypasses. scripts/effect_table.py prints the reports of several torch builds
+side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "test" / "dynamo"))
+
+import torch  # noqa: E402
+from torch._dynamo.utils import counters  # noqa: E402
+from torch._functorch import config as functorch_config  # noqa: E402
+from torch._inductor import config as inductor_config  # noqa: E402
+from torch._inductor.utils import fresh_cache  # noqa: E402
+
+from torch._inductor.custom_graph_pass import CustomGraphPass  # noqa: E402
+
+from pregrad_passes import count_run_pre_grad_passes  # noqa: E402
+
+
+class NoopPass(CustomGraphPass):
+    """Leaves the graph alone and keeps no state: on stock torch the pass object
+    is pickled into the cache key, so a pass that counted its own calls would
+    miss for that reason alone."""
+
+    def __init__(self, uuid: Any) -> None:
+        self._uuid = uuid
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        pass
+
+    def uuid(self) -> Any:
+        return self._uuid
+
+
+SCENARIOS: dict[str, Callable[[], Any]] = {
+    "no custom pass": lambda: None,
+    "custom pass with uuid": lambda: NoopPass("demo-pass-v1"),
+    "custom pass without uuid": lambda: NoopPass(None),
+}
+
+
+def train_step(model: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    model.zero_grad()
+    out = model(inputs)
+    out.sum().backward()
+    return out.detach()
+
+
+def compile_once(model: torch.nn.Module, inputs: torch.Tensor, calls: list[int]) -> dict[str, Any]:
+    torch._dynamo.reset()
+    counters.clear()
+    before = calls[0]
+    out = train_step(torch.compile(model), inputs)
+    return {
+        "pre_grad_runs": calls[0] - before,
+        "aot_hit": counters["aot_autograd"]["autograd_cache_hit"],
+        "aot_miss": counters["aot_autograd"]["autograd_cache_miss"],
+        "aot_bypass": counters["aot_autograd"]["autograd_cache_bypass"],
+        "fx_hit": counters["inductor"]["fxgraph_cache_hit"],
+        "fx_miss": counters["inductor"]["fxgraph_cache_miss"],
+        "fx_bypass": counters["inductor"]["fxgraph_cache_bypass"],
+        "matches_eager": bool(torch.allclose(out, model(inputs).detach())),
+    }
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)
+    )
+    inputs = torch.randn(4, 32)
+    report: dict[str, Any] = {
+        "torch": torch.__version__,
+        "has_pre_grad_pass_timing": hasattr(inductor_config, "pre_grad_pass_timing"),
+        "scenarios": {},
+    }
+    for name, make_pass in SCENARIOS.items():
+        with (
+            tempfile.TemporaryDirectory() as cache_dir,
+            fresh_cache(dir=cache_dir),
+            functorch_config.patch(enable_autograd_cache=True),
+            inductor_config.patch(
+                {"fx_graph_cache": True, "pre_grad_custom_pass": make_pass()}
+            ),
+            count_run_pre_grad_passes() as calls,
+        ):
+            cold = compile_once(model, inputs, calls)
+            warm = compile_once(model, inputs, calls)
+        report["scenarios"][name] = {"cold": cold, "warm": warm}
+        print(f"  {torch.__version__}: {name} done", file=sys.stderr, flush=True)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

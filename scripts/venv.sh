@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Usage: scripts/venv.sh VERSION [NAME]
+#        scripts/venv.sh --help
+#
+# Makes sure a virtual environment with torch==VERSION and the test
+# requirements (requirements/test.txt) exists at $PREGRAD_CACHE/venvs/NAME
+# (NAME defaults to torch-VERSION) and prints the path of its python as the
+# last line of output. An environment that finished installing is reused; one
+# whose install was interrupted is rebuilt. The first install downloads about
+# 4.6 GB (torch and its CUDA libraries; they run on the CPU too); pip's cache
+# makes later ones local.
+#
+# Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport),
+# PYTHON (default python3): the interpreter the venv is made from.
+# Exit codes: 0 ready; 1 install failed; 2 usage error.
+set -euo pipefail
+
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+case "${1:-}" in
+  -h|--help) usage; exit 0 ;;
+  "") usage >&2; exit 2 ;;
+esac
+version="$1"
+name="${2:-torch-$version}"
+[ $# -le 2 ] || { usage >&2; exit 2; }
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="${PREGRAD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pregrad-backport}"
+venv="$cache/venvs/$name"
+ready="$venv/.pregrad-ready"
+requirements="$repo/requirements/test.txt"
+stamp="torch==$version $(sha256sum "$requirements" | cut -d' ' -f1)"
+
+mkdir -p "$cache/venvs"
+exec 9>"$venv.lock"
+flock 9  # two runs building the same venv would corrupt it
+
+if [ -f "$ready" ] && [ "$(cat "$ready")" = "$stamp" ]; then
+  echo "venv: reusing $venv" >&2
+  echo "$venv/bin/python"
+  exit 0
+fi
+
+started=$SECONDS
+echo "venv: creating $venv (torch==$version)" >&2
+rm -rf "$venv"
+"${PYTHON:-python3}" -m venv "$venv"
+echo "venv: installing torch==$version and the test requirements; the first time downloads ~4.6 GB ..." >&2
+# pip prints one line per download; its progress bar shows on a terminal.
+if ! "$venv/bin/python" -m pip install --disable-pip-version-check \
+      "torch==$version" -r "$requirements" >&2; then
+  echo "venv: pip failed installing torch==$version into $venv; rerun to retry" >&2
+  exit 1
+fi
+echo "$stamp" > "$ready"
+echo "venv: ready after $((SECONDS - started)) s" >&2
+echo "$venv/bin/python"

@@ -1,0 +1,124 @@
+"""Small, real installs of torch for testing scripts/apply.sh.
+
+A fake install is a venv made with `python -m venv --without-pip` whose
+site-packages holds the files the series touches, copied from a real torch
+install, and a torch dist-info whose RECORD carries the real wheel's hashes for
+them. To importlib.metadata it is torch; apply.sh never imports torch, so the
+rest of the package is not needed. Building one takes well under a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+APPLY = REPO / "scripts" / "apply.sh"
+STATE_DIRNAME = ".torch-pregrad-backport"
+TOUCHED = [
+    "torch/_functorch/aot_autograd.py",
+    "torch/_inductor/codecache.py",
+    "torch/_inductor/compile_fx.py",
+    "torch/_inductor/config.py",
+]
+
+
+def source_python(variable: str) -> str:
+    """The interpreter of a real torch install, named by scripts/test.sh."""
+    value = os.environ.get(variable)
+    if not value:
+        raise RuntimeError(
+            f"{variable} is not set: run these tests through scripts/test.sh, which "
+            "sets it to the python of a real torch venv"
+        )
+    return value
+
+
+@dataclass
+class FakeInstall:
+    root: Path
+    python: Path
+    site: Path
+
+    def path(self, rel: str) -> Path:
+        return self.site / rel
+
+    def snapshot(self) -> dict[str, bytes]:
+        """Every file under site-packages, by relative path: compares installs
+        byte for byte, state directory included."""
+        return {
+            str(path.relative_to(self.site)): path.read_bytes()
+            for path in sorted(self.site.rglob("*"))
+            if path.is_file()
+        }
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+        """Runs apply.sh against this install; returns its exit code and its
+        output (stdout then stderr) with this install's paths made generic."""
+        result = subprocess.run(
+            [str(APPLY), "--python", str(self.python), *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        output = result.stdout + result.stderr
+        output = output.replace(str(self.site), "<site>").replace(str(self.python), "<python>")
+        return result.returncode, output
+
+
+def make_fake_install(root: Path, source: str, version: str | None = None) -> FakeInstall:
+    info = json.loads(
+        subprocess.run(
+            [
+                source,
+                "-c",
+                "import importlib.metadata as m, json;"
+                "d = m.distribution('torch');"
+                "print(json.dumps([str(d.locate_file('')), d.version]))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    source_site, source_version = Path(info[0]), info[1]
+    version = version or source_version.split("+")[0]
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True
+    )
+    python = root / "venv" / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    (source_dist_info,) = source_site.glob(f"torch-{source_version}.dist-info")
+    record_lines = [
+        line
+        for line in (source_dist_info / "RECORD").read_text().splitlines()
+        if line.split(",", 1)[0] in TOUCHED
+    ]
+    assert len(record_lines) == len(TOUCHED), record_lines
+    for rel in TOUCHED:
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes((source_site / rel).read_bytes())
+    dist_info = site / f"torch-{version}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n"
+    )
+    (dist_info / "RECORD").write_text(
+        "\n".join(
+            record_lines
+            + [f"{dist_info.name}/METADATA,,", f"{dist_info.name}/RECORD,,"]
+        )
+        + "\n"
+    )
+    return FakeInstall(root, python, site)

@@ -1,0 +1,275 @@
+"""scripts/apply.sh on installed wheels: one scenario per behaviour.
+
+Each test builds a small real install (fake_install.py) from the files of a
+real torch venv, runs apply.sh against it as a user would, checks the output
+as expected text and compares the bytes on disk before and after.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import unittest
+from pathlib import Path
+
+import expecttest
+
+from fake_install import (
+    FakeInstall,
+    make_fake_install,
+    REPO,
+    source_python,
+    STATE_DIRNAME,
+    TOUCHED,
+)
+
+STOCK = "PREGRAD_STOCK_PYTHON"  # torch 2.11.0 as released
+UPSTREAM = "PREGRAD_UPSTREAM_PYTHON"  # torch 2.12.0 as released
+KILL_AFTER = "_PREGRAD_TEST_KILL_AFTER_FILES"
+
+
+class ApplyWheelTest(expecttest.TestCase):
+    def setUp(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="pregrad-wheel-test-")
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = Path(self._tmp.name)
+
+    def install(self, source: str = STOCK, version: str | None = None) -> FakeInstall:
+        return make_fake_install(self.tmp, source_python(source), version)
+
+    def patched_bytes(self) -> dict[str, bytes]:
+        """What the series makes of the pristine files, via the overlay."""
+        install = make_fake_install(self.tmp / "overlay-source", source_python(STOCK))
+        out = self.tmp / "overlay"
+        code, output = install.run("--overlay", "v2.11.0", "--out", str(out))
+        self.assertEqual(code, 0, output)
+        return {rel: (out / rel).read_bytes() for rel in TOUCHED}
+
+    def test_status_of_a_pristine_install(self) -> None:
+        install = self.install()
+        code, output = install.run("--status")
+        self.assertEqual(code, 0)
+        self.assertExpectedInline(output, """\
+torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+  pristine  torch/_functorch/aot_autograd.py
+  pristine  torch/_inductor/codecache.py
+  pristine  torch/_inductor/compile_fx.py
+  pristine  torch/_inductor/config.py
+pristine: every file the series touches matches torch's RECORD
+""")
+
+    def test_check_writes_nothing(self) -> None:
+        install = self.install()
+        before = install.snapshot()
+        code, output = install.run("--check")
+        self.assertEqual(code, 0)
+        self.assertExpectedInline(output, """\
+torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+  would patch torch/_functorch/aot_autograd.py
+  would patch torch/_inductor/codecache.py
+  would patch torch/_inductor/compile_fx.py
+  would patch torch/_inductor/config.py
+check: the series applies cleanly; 4 file(s) would change, nothing was written
+""")
+        self.assertEqual(install.snapshot(), before)
+
+    def test_apply_writes_the_patched_files_and_keeps_the_originals(self) -> None:
+        install = self.install()
+        before = install.snapshot()
+        code, output = install.run()
+        self.assertEqual(code, 0, output)
+        self.assertExpectedInline(output, """\
+torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+  patched torch/_functorch/aot_autograd.py
+  patched torch/_inductor/codecache.py
+  patched torch/_inductor/compile_fx.py
+  patched torch/_inductor/config.py
+applied 5 patches to 4 files; originals kept in <site>/.torch-pregrad-backport
+""")
+        patched = self.patched_bytes()
+        for rel in TOUCHED:
+            self.assertNotEqual(install.path(rel).read_bytes(), before[rel], rel)
+            self.assertEqual(install.path(rel).read_bytes(), patched[rel], rel)
+            self.assertEqual(
+                (install.site / STATE_DIRNAME / "orig" / rel).read_bytes(), before[rel]
+            )
+        code, output = install.run("--status")
+        self.assertEqual(code, 0)
+        self.assertExpectedInline(output, """\
+torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+  patched   torch/_functorch/aot_autograd.py
+  patched   torch/_inductor/codecache.py
+  patched   torch/_inductor/compile_fx.py
+  patched   torch/_inductor/config.py
+patched: the series is applied (revert with --revert)
+""")
+
+    def test_second_apply_is_a_no_op(self) -> None:
+        install = self.install()
+        self.assertEqual(install.run()[0], 0)
+        after_first = install.snapshot()
+        code, output = install.run()
+        self.assertEqual(code, 0)
+        self.assertExpectedInline(output, """\
+torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+already applied: nothing to do
+""")
+        self.assertEqual(install.snapshot(), after_first)
+
+    def test_revert_restores_the_wheel_byte_for_byte(self) -> None:
+        install = self.install()
+        before = install.snapshot()
+        self.assertEqual(install.run()[0], 0)
+        code, output = install.run("--revert")
+        self.assertEqual(code, 0, output)
+        self.assertExpectedInline(output, """\
+torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+  restored torch/_functorch/aot_autograd.py
+  restored torch/_inductor/codecache.py
+  restored torch/_inductor/compile_fx.py
+  restored torch/_inductor/config.py
+reverted: 4 file(s) are byte-identical to torch's RECORD again
+""")
+        self.assertEqual(install.snapshot(), before)
+
+    def test_revert_check_writes_nothing(self) -> None:
+        install = self.install()
+        self.assertEqual(install.run()[0], 0)
+        patched = install.snapshot()
+        code, output = install.run("--revert", "--check")
+        self.assertEqual(code, 0)
+        self.assertIn("check: nothing was written", output)
+        self.assertEqual(install.snapshot(), patched)
+
+    def test_revert_of_a_pristine_install_is_a_no_op(self) -> None:
+        install = self.install()
+        before = install.snapshot()
+        code, output = install.run("--revert")
+        self.assertEqual(code, 0)
+        self.assertExpectedInline(output, """\
+torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+nothing to revert: pristine
+""")
+        self.assertEqual(install.snapshot(), before)
+
+    def test_apply_refuses_a_modified_install_and_changes_nothing(self) -> None:
+        install = self.install()
+        config = install.path("torch/_inductor/config.py")
+        config.write_bytes(config.read_bytes() + b"\n# local edit\n")
+        before = install.snapshot()
+        code, output = install.run()
+        self.assertEqual(code, 1)
+        self.assertExpectedInline(output, """\
+torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+error: these files differ from torch's RECORD, so the series was not applied and nothing was changed:
+  <site>/torch/_inductor/config.py
+reinstall torch (<python> -m pip install --force-reinstall --no-deps torch==2.11.0) or undo the local edits
+""")
+        self.assertEqual(install.snapshot(), before)
+
+    def test_revert_refuses_files_changed_after_patching(self) -> None:
+        install = self.install()
+        self.assertEqual(install.run()[0], 0)
+        codecache = install.path("torch/_inductor/codecache.py")
+        codecache.write_bytes(codecache.read_bytes() + b"\n# edited later\n")
+        before = install.snapshot()
+        code, output = install.run("--revert")
+        self.assertEqual(code, 1)
+        self.assertExpectedInline(output, """\
+torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+error: these files changed after the series was applied, so nothing was reverted:
+  <site>/torch/_inductor/codecache.py
+reinstall torch (<python> -m pip install --force-reinstall --no-deps torch==2.11.0) to get the wheel's files back
+""")
+        self.assertEqual(install.snapshot(), before)
+
+    def test_torch_with_the_feature_is_left_alone(self) -> None:
+        install = self.install(UPSTREAM)
+        before = install.snapshot()
+        code, output = install.run()
+        self.assertEqual(code, 0)
+        self.assertExpectedInline(output, """\
+torch 2.12.0 in <site>
+torch._inductor.config.pre_grad_pass_timing already exists in this torch: it has the feature, nothing to do
+""")
+        self.assertEqual(install.snapshot(), before)
+
+    def test_supported_version_that_already_has_the_feature_is_left_alone(self) -> None:
+        """A vendor 2.11.0 build that cherry-picked the feature: decided by the
+        code, not the version string."""
+        install = self.install(UPSTREAM, version="2.11.0")
+        before = install.snapshot()
+        code, output = install.run()
+        self.assertEqual(code, 0)
+        self.assertIn("it has the feature, nothing to do", output)
+        self.assertEqual(install.snapshot(), before)
+
+    def test_unsupported_version_is_refused_with_the_supported_bases(self) -> None:
+        install = self.install(version="2.10.0")
+        before = install.snapshot()
+        code, output = install.run()
+        self.assertEqual(code, 1)
+        self.assertExpectedInline(output, """\
+torch 2.10.0 in <site>
+error: torch 2.10.0 is not a supported base (supported: v2.11.0); nothing was changed
+""")
+        self.assertEqual(install.snapshot(), before)
+
+    def test_interrupted_apply_is_rolled_back_by_revert(self) -> None:
+        for written in range(len(TOUCHED)):
+            with self.subTest(files_written_before_the_kill=written):
+                install = make_fake_install(
+                    self.tmp / f"kill-{written}", source_python(STOCK)
+                )
+                before = install.snapshot()
+                code, _ = install.run(env={KILL_AFTER: str(written)})
+                self.assertEqual(code, 137)
+                code, output = install.run("--status")
+                self.assertEqual(code, 1)
+                self.assertIn("interrupted: an earlier run stopped part-way", output)
+                code, output = install.run("--revert")
+                self.assertEqual(code, 0, output)
+                self.assertIn(f"restored {written} file(s)", output)
+                self.assertEqual(install.snapshot(), before)
+
+    def test_interrupted_apply_is_finished_by_the_next_apply(self) -> None:
+        install = self.install()
+        code, _ = install.run(env={KILL_AFTER: "2"})
+        self.assertEqual(code, 137)
+        code, output = install.run()
+        self.assertEqual(code, 0, output)
+        self.assertIn("rolled back an interrupted applying run", output)
+        self.assertEqual(install.run("--status")[0], 0)
+        self.assertEqual(
+            {rel: install.path(rel).read_bytes() for rel in TOUCHED}, self.patched_bytes()
+        )
+
+    def test_overlay_matches_the_patched_install_and_its_stamp(self) -> None:
+        install = self.install()
+        out = self.tmp / "overlay"
+        code, output = install.run("--overlay", "v2.11.0", "--out", str(out))
+        self.assertEqual(code, 0, output)
+        self.assertEqual(install.run()[0], 0)
+        sums = (out / "SHA256SUMS").read_text().splitlines()
+        self.assertEqual([line.split("  ")[1] for line in sums], TOUCHED)
+        for line in sums:
+            digest, rel = line.split("  ")
+            self.assertEqual((out / rel).read_bytes(), install.path(rel).read_bytes())
+            self.assertEqual(hashlib.sha256((out / rel).read_bytes()).hexdigest(), digest)
+        stamp = (out / "STAMP").read_text()
+        self.assertTrue(stamp.startswith("base: v2.11.0\n"), stamp)
+        for patch in (REPO / "patches" / "v2.11.0").glob("*.patch"):
+            self.assertIn(hashlib.sha256(patch.read_bytes()).hexdigest(), stamp)
+
+    def test_usage_errors_exit_2(self) -> None:
+        install = self.install()
+        code, output = install.run("--frobnicate")
+        self.assertEqual(code, 2)
+        self.assertExpectedInline(output, """\
+apply.sh: unknown argument: --frobnicate
+(see scripts/apply.sh --help)
+""")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,122 @@
+"""The patch series themselves: complete, well-formed, with provenance, and
+applying without fuzz to their pristine base; a base that drifted is refused
+with the patch, file and line named."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import sys
+import unittest
+from pathlib import Path
+
+from hypothesis import given, settings, strategies as st
+
+from fake_install import REPO, source_python
+
+sys.path.insert(0, str(REPO / "scripts"))
+import pregrad_wheel  # noqa: E402
+
+BASES = pregrad_wheel.supported_bases()
+HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@", re.MULTILINE)
+
+
+def pristine_files(series: pregrad_wheel.Series) -> dict[str, bytes]:
+    """The base's pristine files, from the stock torch venv of scripts/test.sh."""
+    site = subprocess.run(
+        [
+            source_python("PREGRAD_STOCK_PYTHON"),
+            "-c",
+            "import importlib.metadata as m; print(m.distribution('torch').locate_file(''))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return {rel: (Path(site) / rel).read_bytes() for rel in series.touched}
+
+
+class SeriesTest(unittest.TestCase):
+    def test_there_is_a_series_for_2_11_0(self) -> None:
+        self.assertIn("v2.11.0", BASES)
+
+    def test_every_entry_exists_once_and_every_patch_is_listed(self) -> None:
+        for base in BASES:
+            directory = REPO / "patches" / base
+            entries = [
+                line.split("#", 1)[0].strip()
+                for line in (directory / "series").read_text().splitlines()
+            ]
+            entries = [entry for entry in entries if entry]
+            self.assertEqual(len(entries), len(set(entries)), f"{base}: listed twice")
+            on_disk = sorted(path.name for path in directory.glob("*.patch"))
+            self.assertEqual(sorted(entries), on_disk, f"{base}: series vs files")
+
+    def test_every_patch_parses_and_carries_provenance(self) -> None:
+        for base in BASES:
+            for patch in pregrad_wheel.load_series(base).patches:
+                with self.subTest(patch=patch.name):
+                    subprocess.run(
+                        ["git", "apply", "--numstat", str(patch)],
+                        check=True,
+                        capture_output=True,
+                    )
+                    text = patch.read_text()
+                    self.assertNotIn("\r", text)
+                    for field in (
+                        "Origin: backport, https://github.com/pytorch/pytorch/pull/",
+                        "Applied-Upstream: ",
+                        "Last-Update: ",
+                        "Differs from upstream: ",
+                        "What: ",
+                        "Why: ",
+                    ):
+                        self.assertIn(field, text)
+
+    def test_pristine_files_match_the_recorded_base(self) -> None:
+        series = pregrad_wheel.load_series("v2.11.0")
+        expected = pregrad_wheel.expected_pristine(series)
+        self.assertEqual(sorted(expected), series.touched)
+        for rel, data in pristine_files(series).items():
+            self.assertEqual(hashlib.sha256(data).hexdigest(), expected[rel], rel)
+
+    def test_series_applies_without_fuzz_to_its_base(self) -> None:
+        series = pregrad_wheel.load_series("v2.11.0")
+        patched = pregrad_wheel.apply_series(pristine_files(series), series)
+        config = patched["torch/_inductor/config.py"].decode()
+        self.assertIn(
+            'pre_grad_pass_timing: Literal["early", "late", "default"] = "default"',
+            config,
+        )
+        self.assertIn(
+            "def resolve_pre_grad_pass_timing()",
+            patched["torch/_inductor/codecache.py"].decode(),
+        )
+
+    @given(data=st.data())
+    @settings(max_examples=30, deadline=None)
+    def test_a_drifted_base_is_refused_naming_patch_and_file(self, data: st.DataObject) -> None:
+        """Edit one line that a hunk of the first patch touching a file relies
+        on: the series is refused, naming that patch and the file."""
+        series = pregrad_wheel.load_series("v2.11.0")
+        pristine = pristine_files(series)
+        rel = data.draw(st.sampled_from(series.touched), label="file")
+        patch = next(p for p in series.patches if f"diff --git a/{rel} " in p.read_text())
+        section = patch.read_text().split(f"diff --git a/{rel} b/{rel}\n", 1)[1]
+        section = section.split("\ndiff --git ", 1)[0]
+        hunks = [(int(m.group(1)), int(m.group(2) or 1)) for m in HUNK.finditer(section)]
+        start, length = data.draw(st.sampled_from(hunks), label="hunk")
+        line_number = data.draw(st.integers(start, start + length - 1), label="line")
+        lines = pristine[rel].decode().split("\n")
+        lines[line_number - 1] += "  # drifted"
+        drifted = {**pristine, rel: "\n".join(lines).encode()}
+        with self.assertRaises(pregrad_wheel.Refused) as caught:
+            pregrad_wheel.apply_series(drifted, series)
+        message = str(caught.exception)
+        self.assertIn(f"patches/v2.11.0/{patch.name} does not apply", message)
+        self.assertIn(rel, message)
+
+
+if __name__ == "__main__":
+    unittest.main()

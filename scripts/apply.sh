@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Usage: scripts/apply.sh --python PY [--check | --status | --revert [--check]]
+#        scripts/apply.sh CHECKOUT [--check | --no-commit | --status | --revert [--check]]
 #        scripts/apply.sh --overlay BASE [--python PY] [--out DIR]
 #        scripts/apply.sh --help
 #
 # Brings torch 2.12's cache-aware pre-grad pass timing
-# (torch._inductor.config.pre_grad_pass_timing) to an installed torch wheel
-# that lacks it, by applying the series in patches/<base>/.
+# (torch._inductor.config.pre_grad_pass_timing) to a torch that lacks it, by
+# applying the series in patches/<base>/ to an installed wheel or to a PyTorch
+# git checkout.
 #
 # Installed wheel (the torch that interpreter PY imports):
 #   --python PY          apply the series for PY's torch version. Before writing
@@ -19,6 +21,26 @@
 #   --check              say what would happen; write nothing
 #   --status             print pristine / patched / modified for that install
 #   --revert             restore the originals, checked against RECORD again
+#
+# PyTorch checkout or release branch (a git work tree of pytorch/pytorch):
+#   CHECKOUT             identify the base by the content of the files the series
+#                        touches (their blob hashes, patches/<base>/pristine.tsv),
+#                        say which base and why, then `git am -3` the series: one
+#                        commit per patch, messages and trailers kept. Refuses,
+#                        changing nothing, a dirty tree or index, an am, rebase,
+#                        merge, cherry-pick or revert in progress, a directory
+#                        that is not a PyTorch checkout, an unknown base, and a
+#                        conflict the 3-way merge cannot resolve (it aborts the am
+#                        and names the patch, file and line). A second run says
+#                        "already applied"; a tree with the feature upstream is
+#                        reported and left alone.
+#   --no-commit          stage the changes instead of committing them
+#   --check              apply into a throw-away index: HEAD, index and tree untouched
+#   --status             which patches are applied (by patch-id), and whether the
+#                        feature is present at HEAD
+#   --revert             `git revert` exactly the series' commits, newest first;
+#                        refuses, naming the later commits, if they touched the
+#                        same lines (HEAD is left where it was)
 #
 # Overlay (the patched files of a base at their upstream paths, for copying
 # into an image or a vendored tree; see overlay/README.md):
@@ -43,7 +65,7 @@ cache="${PREGRAD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pregrad-backport}"
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 die_usage() { printf 'apply.sh: %s\n(see scripts/apply.sh --help)\n' "$1" >&2; exit 2; }
 
-python="" mode="apply" check="" overlay_base="" out=""
+python="" mode="apply" check="" overlay_base="" out="" checkout="" no_commit=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
@@ -53,7 +75,10 @@ while [ $# -gt 0 ]; do
     --revert) mode="revert"; shift ;;
     --overlay) [ $# -ge 2 ] || die_usage "--overlay needs a base, e.g. v2.11.0"; mode="overlay"; overlay_base="$2"; shift 2 ;;
     --out) [ $# -ge 2 ] || die_usage "--out needs a directory"; out="$2"; shift 2 ;;
-    *) die_usage "unknown argument: $1" ;;
+    --no-commit) no_commit="--no-commit"; shift ;;
+    -*) die_usage "unknown argument: $1" ;;
+    *) [ -z "$checkout" ] || die_usage "one checkout at a time (got $checkout and $1)"
+       checkout="$1"; shift ;;
   esac
 done
 
@@ -66,7 +91,16 @@ if [ "$mode" = "overlay" ]; then
   exec python3 "$here/pregrad_wheel.py" "${args[@]}"
 fi
 
-[ -n "$python" ] || die_usage "say which torch to patch: --python PY"
+if [ -n "$checkout" ]; then
+  [ -z "$python" ] || die_usage "--python and CHECKOUT do not go together"
+  [ -z "$out" ] || die_usage "--out goes with --overlay"
+  [ -z "$no_commit" ] || [ "$mode" = apply ] || die_usage "--no-commit goes with applying"
+  [ -z "$check" ] || [ "$mode" != status ] || die_usage "--status writes nothing; drop --check"
+  [ -e "$checkout" ] || { echo "apply.sh: $checkout does not exist" >&2; exit 1; }
+  exec python3 "$here/pregrad_checkout.py" "$mode" "$checkout" $check $no_commit
+fi
+[ -z "$no_commit" ] || die_usage "--no-commit goes with a CHECKOUT"
+[ -n "$python" ] || die_usage "say what to patch: --python PY or a CHECKOUT"
 [ -z "$out" ] || die_usage "--out goes with --overlay"
 command -v "$python" >/dev/null 2>&1 || { echo "apply.sh: no such interpreter: $python" >&2; exit 1; }
 if [ "$mode" = "status" ]; then

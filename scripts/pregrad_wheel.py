@@ -521,14 +521,23 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path) -> int:
     return 0
 
 
-def expected_pristine(series: Series) -> Dict[str, str]:
+def pristine_table(series: Series) -> Dict[str, tuple]:
+    """path -> (git blob sha1, sha256) of the base's pristine files (pristine.tsv)."""
     table = series.directory / "pristine.tsv"
-    result: Dict[str, str] = {}
+    result: Dict[str, tuple] = {}
     for line in table.read_text().splitlines():
         if line and not line.startswith("#"):
-            path, _blob, digest = line.split("\t")
-            result[path] = digest
+            path, blob, digest = line.split("\t")
+            result[path] = (blob, digest)
     return result
+
+
+def expected_pristine(series: Series) -> Dict[str, str]:
+    return {path: row[1] for path, row in pristine_table(series).items()}
+
+
+def expected_pristine_blobs(series: Series) -> Dict[str, str]:
+    return {path: row[0] for path, row in pristine_table(series).items()}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

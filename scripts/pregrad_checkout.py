@@ -1,0 +1,374 @@
+"""Apply, check, inspect and revert the backport series in a PyTorch git checkout.
+
+Called by scripts/apply.sh CHECKOUT. Works through git only (`git am -3`,
+`git apply --3way`, `git revert`, `git patch-id`); never imports torch.
+
+Exit codes: 0 done or nothing to do, 1 refused or failed (nothing changed),
+2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from pregrad_wheel import (
+    expected_pristine_blobs,
+    has_feature,
+    load_series,
+    Refused,
+    Series,
+    supported_bases,
+)
+
+CONFIG = "torch/_inductor/config.py"
+MARKERS = ["torch/_inductor/config.py", "torch/_functorch/aot_autograd.py"]
+# How far back --status and --revert look for the series' commits.
+HISTORY_DEPTH = 5000
+
+
+def git(checkout: Path, *args: str, check: bool = True,
+        env: Optional[Dict[str, str]] = None, input: Optional[str] = None
+        ) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        ["git", "-C", str(checkout), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        input=input,
+    )
+    if check and result.returncode != 0:
+        raise Refused(f"git {' '.join(args)} failed:\n{result.stderr.strip()}")
+    return result
+
+
+# --------------------------------------------------------------------------
+# Preconditions
+
+
+def require_checkout(checkout: Path) -> None:
+    if not checkout.is_dir():
+        raise Refused(f"{checkout} is not a directory")
+    top = git(checkout, "rev-parse", "--show-toplevel", check=False)
+    if top.returncode != 0:
+        raise Refused(f"{checkout} is not a git work tree")
+    if Path(top.stdout.strip()).resolve() != checkout.resolve():
+        raise Refused(f"{checkout} is inside the git work tree {top.stdout.strip()}; "
+                      "name the top of the PyTorch checkout")
+    if git(checkout, "rev-parse", "--verify", "-q", "HEAD", check=False).returncode != 0:
+        raise Refused(f"{checkout} has no commits, so it is not a PyTorch checkout")
+    missing = [path for path in MARKERS
+               if git(checkout, "cat-file", "-e", f"HEAD:{path}", check=False).returncode]
+    if missing:
+        raise Refused(f"{checkout} is not a PyTorch checkout: "
+                      + ", ".join(missing) + " not tracked at HEAD")
+
+
+def require_quiet(checkout: Path) -> None:
+    """No operation in progress, nothing uncommitted: then any failure can be
+    undone exactly, by going back to HEAD."""
+    for name, what in [("rebase-apply", "a git am or rebase"),
+                       ("rebase-merge", "a rebase"),
+                       ("MERGE_HEAD", "a merge"),
+                       ("CHERRY_PICK_HEAD", "a cherry-pick"),
+                       ("REVERT_HEAD", "a revert"),
+                       ("BISECT_LOG", "a bisect")]:
+        path = Path(git(checkout, "rev-parse", "--git-path", name).stdout.strip())
+        if not path.is_absolute():
+            path = checkout / path
+        if path.exists():
+            raise Refused(f"{what} is in progress in {checkout} ({path}); "
+                          "finish or abort it first")
+    dirty = git(checkout, "status", "--porcelain", "--untracked-files=no").stdout
+    if dirty.strip():
+        raise Refused(f"{checkout} has uncommitted changes; commit or stash them first:\n"
+                      + "\n".join(f"  {line}" for line in dirty.splitlines()[:20]))
+
+
+def require_identity(checkout: Path) -> None:
+    if git(checkout, "var", "GIT_COMMITTER_IDENT", check=False).returncode != 0:
+        raise Refused(f"git has no committer identity in {checkout}; set user.name "
+                      "and user.email (or use --no-commit)")
+
+
+# --------------------------------------------------------------------------
+# What the checkout holds
+
+
+@dataclass
+class Base:
+    series: Series
+    reason: str
+    exact: bool
+
+
+def identify_base(checkout: Path) -> Base:
+    """The base of the checkout: the one whose series is (partly) in HEAD's
+    history, else the one whose pristine blobs the touched files match."""
+    for name in supported_bases():
+        series = load_series(name)
+        count = sum(1 for commit in find_series_commits(checkout, series).values() if commit)
+        if count:
+            return Base(series, f"{count} of {len(series.patches)} patches of its series "
+                        "are in HEAD's history", False)
+    candidates = []
+    for name in supported_bases():
+        series = load_series(name)
+        blobs = expected_pristine_blobs(series)
+        head = {path: git(checkout, "rev-parse", "-q", "--verify", f"HEAD:{path}",
+                          check=False).stdout.strip() for path in blobs}
+        same = [path for path in blobs if head[path] == blobs[path]]
+        known = [path for path in blobs
+                 if git(checkout, "cat-file", "-e", blobs[path], check=False).returncode == 0]
+        candidates.append((len(same), len(known), series, same, blobs))
+    candidates.sort(key=lambda c: (c[0], c[1]), reverse=True)
+    same_count, known_count, series, same, blobs = candidates[0]
+    total = len(blobs)
+    if same_count == total:
+        return Base(series, f"all {total} files the series touches are identical to "
+                    f"{series.base}'s", True)
+    differing = sorted(set(blobs) - set(same))
+    if known_count == total:
+        return Base(series, f"{same_count} of {total} files the series touches are "
+                    f"identical to {series.base}'s; the others ({', '.join(differing)}) "
+                    f"carry local changes on top of {series.base}, whose blobs are in "
+                    "this repository, so the series goes in with a 3-way merge "
+                    "(git am -3)", False)
+    raise Refused(
+        "unknown base: the files the series touches match no supported base "
+        f"({', '.join(supported_bases())}) and the pre-images that a 3-way merge "
+        f"needs are not in this repository (closest: {series.base}, "
+        f"{same_count} of {total} files identical, {known_count} of {total} "
+        "blobs known); check out a supported release first"
+    )
+
+
+def patch_id(text: str, checkout: Path) -> str:
+    out = git(checkout, "patch-id", "--stable", input=text).stdout.split()
+    return out[0] if out else ""
+
+
+def find_series_commits(checkout: Path, series: Series) -> Dict[str, Optional[str]]:
+    """patch file name -> the commit in HEAD's history that applied it (same
+    patch-id), or None when there is none or a later commit reverted it."""
+    history = git(checkout, "log", "-p", "--no-color", "--no-merges",
+                  f"-n{HISTORY_DEPTH}", "HEAD", "--", *series.touched).stdout
+    newest_first = [tuple(line.split()) for line in
+                    git(checkout, "patch-id", "--stable", input=history).stdout.splitlines()]
+    found: Dict[str, Optional[str]] = {}
+    for patch in series.patches:
+        forward = patch_id(patch.read_text(), checkout)
+        commits = [commit for pid, commit in newest_first if pid == forward]
+        if not commits:
+            found[patch.name] = None
+            continue
+        reverse = patch_id(git(checkout, "diff", commits[0], f"{commits[0]}^",
+                               "--", *series.touched).stdout, checkout)
+        latest = next(pid for pid, _ in newest_first if pid in (forward, reverse))
+        found[patch.name] = commits[0] if latest == forward else None
+    return found
+
+
+def feature_at_head(checkout: Path) -> bool:
+    shown = git(checkout, "show", f"HEAD:{CONFIG}", check=False)
+    return shown.returncode == 0 and has_feature(shown.stdout.encode())
+
+
+def snapshot_refs(checkout: Path) -> tuple[str, str]:
+    return (git(checkout, "rev-parse", "HEAD").stdout.strip(),
+            git(checkout, "status", "--porcelain", "--untracked-files=no").stdout)
+
+
+def conflict_locations(checkout: Path) -> List[str]:
+    """'path:line' of each conflict marker left in the work tree."""
+    places = []
+    for path in git(checkout, "diff", "--name-only", "--diff-filter=U").stdout.split():
+        try:
+            lines = (checkout / path).read_text().splitlines()
+        except OSError:
+            places.append(path)
+            continue
+        places += [f"{path}:{n}" for n, line in enumerate(lines, 1)
+                   if line.startswith("<<<<<<< ")] or [path]
+    return places
+
+
+# --------------------------------------------------------------------------
+# Commands
+
+
+def cmd_status(checkout: Path) -> int:
+    require_checkout(checkout)
+    upstream = feature_at_head(checkout)
+    try:
+        base = identify_base(checkout)
+    except Refused as problem:
+        print(f"{checkout}: {problem}")
+        print(f"feature present at HEAD: {'yes' if upstream else 'no'}")
+        return 0 if upstream else 1
+    applied = find_series_commits(checkout, base.series)
+    print(f"{checkout}: base {base.series.base} ({base.reason})")
+    for patch in base.series.patches:
+        commit = applied[patch.name]
+        state = f"applied   {commit[:12]}" if commit else "missing   " + " " * 12
+        print(f"  {state}  {patch.name}")
+    count = sum(1 for commit in applied.values() if commit)
+    total = len(applied)
+    print(f"series: {count} of {total} patches applied (matched by patch-id)")
+    print(f"feature present at HEAD: {'yes' if upstream else 'no'}"
+          + (" (upstream, not through this series)" if upstream and not count else ""))
+    return 0
+
+
+def cmd_apply(checkout: Path, check: bool, commit: bool) -> int:
+    require_checkout(checkout)
+    require_quiet(checkout)
+    base = identify_base(checkout)
+    applied = find_series_commits(checkout, base.series)
+    names = [patch.name for patch in base.series.patches]
+    done = [name for name in names if applied[name]]
+    print(f"base {base.series.base}: {base.reason}")
+    if len(done) == len(names):
+        print(f"already applied: all {len(names)} patches are in HEAD's history; nothing to do")
+        return 0
+    if not done and feature_at_head(checkout):
+        print("torch._inductor.config.pre_grad_pass_timing already exists at HEAD: "
+              "the checkout has the feature upstream; nothing to do")
+        return 0
+    if done != names[: len(done)]:
+        raise Refused("only part of the series is applied, and not as a prefix "
+                      f"({', '.join(done)}); revert it with --revert first")
+    todo = [patch for patch in base.series.patches if patch.name not in done]
+    if done:
+        print(f"{len(done)} patch(es) already applied; applying the other {len(todo)}")
+    if check:
+        return check_apply(checkout, base, todo)
+    if commit:
+        require_identity(checkout)
+        return apply_as_commits(checkout, todo)
+    return apply_staged(checkout, todo)
+
+
+def check_apply(checkout: Path, base: Base, todo: List[Path]) -> int:
+    """Apply into a throw-away index: HEAD, the index and the tree stay untouched."""
+    with tempfile.TemporaryDirectory(prefix="pregrad-check-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git(checkout, "read-tree", "HEAD", env=env)
+        for patch in todo:
+            result = git(checkout, "apply", "--cached", "--3way", str(patch),
+                         check=False, env=env)
+            if result.returncode != 0:
+                errors = [line for line in result.stderr.splitlines()
+                          if line.startswith(("error:", "U "))]
+                raise Refused(f"{patch.name} would not apply:\n  " + "\n  ".join(errors)
+                              + "\ncheck: nothing was changed")
+            how = "cleanly" if base.exact else "(3-way merge)"
+            print(f"  would apply {patch.name} {how}")
+    print(f"check: {len(todo)} patch(es) would apply; HEAD, index and work tree untouched")
+    return 0
+
+
+def apply_as_commits(checkout: Path, todo: List[Path]) -> int:
+    head_before, _ = snapshot_refs(checkout)
+    result = git(checkout, "am", "-3", "--quiet", *map(str, todo), check=False)
+    if result.returncode != 0:
+        failed = re.search(r"Patch failed at (\d+) (.*)", result.stdout + result.stderr)
+        places = conflict_locations(checkout)
+        errors = [line for line in (result.stdout + result.stderr).splitlines()
+                  if line.startswith("error:")]
+        git(checkout, "am", "--abort", check=False)
+        head_after, dirty = snapshot_refs(checkout)
+        restored = head_after == head_before and not dirty.strip()
+        which = todo[int(failed.group(1)) - 1].name if failed else "a patch"
+        raise Refused(
+            f"{which} does not apply, even with a 3-way merge; conflicts at:\n"
+            + "\n".join(f"  {place}" for place in places or errors)
+            + ("\nthe am was aborted; HEAD, index and work tree are as before"
+               if restored else "\nWARNING: could not restore the checkout exactly")
+        )
+    print(git(checkout, "log", "--oneline", "--no-decorate",
+              f"{head_before}..HEAD").stdout.rstrip())
+    print(f"applied {len(todo)} patch(es) as commits on top of {head_before[:12]}")
+    return 0
+
+
+def apply_staged(checkout: Path, todo: List[Path]) -> int:
+    for patch in todo:
+        result = git(checkout, "apply", "--index", "--3way", str(patch), check=False)
+        if result.returncode != 0:
+            places = conflict_locations(checkout)
+            git(checkout, "reset", "-q", "--merge", "HEAD", check=False)
+            git(checkout, "checkout", "-q", "HEAD", "--", ".", check=False)
+            raise Refused(f"{patch.name} does not apply, even with a 3-way merge; "
+                          "conflicts at:\n" + "\n".join(f"  {p}" for p in places)
+                          + "\nthe index and work tree were reset to HEAD")
+        print(f"  staged {patch.name}")
+    print(f"applied {len(todo)} patch(es) to the index and work tree; nothing committed")
+    return 0
+
+
+def cmd_revert(checkout: Path, check: bool) -> int:
+    require_checkout(checkout)
+    require_quiet(checkout)
+    base = identify_base(checkout).series
+    applied = find_series_commits(checkout, base)
+    commits = [(name, commit) for name, commit in applied.items() if commit]
+    if not commits:
+        print("nothing to revert: no commit of the series is in HEAD's history")
+        return 0
+    head_before, _ = snapshot_refs(checkout)
+    if check:
+        for name, commit in reversed(commits):
+            print(f"  would revert {commit[:12]}  {name}")
+        print("check: nothing was changed")
+        return 0
+    require_identity(checkout)
+    for name, commit in reversed(commits):
+        result = git(checkout, "revert", "--no-edit", commit, check=False)
+        if result.returncode != 0:
+            places = conflict_locations(checkout)
+            files = sorted({place.split(":")[0] for place in places})
+            later = git(checkout, "log", "--oneline", "--no-decorate",
+                        f"{commit}..{head_before}", "--", *files).stdout.rstrip()
+            git(checkout, "revert", "--abort", check=False)
+            git(checkout, "reset", "-q", "--hard", head_before)
+            raise Refused(
+                f"cannot revert {name} ({commit[:12]}): later commits touched the same "
+                "lines; conflicts at:\n" + "\n".join(f"  {p}" for p in places)
+                + "\nlater commits touching those files:\n"
+                + "\n".join(f"  {line}" for line in later.splitlines())
+                + f"\nnothing was changed: HEAD is back at {head_before[:12]}"
+            )
+        print(f"  reverted {commit[:12]}  {name}")
+    print(f"reverted {len(commits)} commit(s) of the series")
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="apply.sh CHECKOUT", add_help=False)
+    parser.add_argument("command", choices=["apply", "revert", "status"])
+    parser.add_argument("checkout", type=Path)
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--no-commit", action="store_true")
+    args = parser.parse_args(argv)
+    checkout = args.checkout.resolve()
+    try:
+        if args.command == "status":
+            return cmd_status(checkout)
+        if args.command == "revert":
+            return cmd_revert(checkout, args.check)
+        return cmd_apply(checkout, args.check, not args.no_commit)
+    except Refused as problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -150,6 +150,31 @@ def identify_base(checkout: Path) -> Base:
     )
 
 
+def seed_preimage_blobs(checkout: Path, series: Series) -> None:
+    """Write into the object store every intermediate version of the touched
+    files (pristine, after 0001, after 0002, ...). A 3-way fallback needs the
+    pre-image blob named on each patch's `index` line; only the first patch to
+    touch a file names a blob that the checkout's history has. Unreachable
+    blobs change no ref, index or file and go away with the next gc."""
+    blobs = expected_pristine_blobs(series)
+    pristine = {}
+    for rel, blob in blobs.items():
+        shown = subprocess.run(["git", "-C", str(checkout), "cat-file", "blob", blob],
+                               capture_output=True)
+        if shown.returncode != 0:
+            return  # no pristine blob, so no 3-way merge to help
+        pristine[rel] = shown.stdout
+    with tempfile.TemporaryDirectory(prefix="pregrad-seed-") as tmp:
+        work = Path(tmp)
+        for rel, data in pristine.items():
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            (work / rel).write_bytes(data)
+        for patch in series.patches[:-1]:
+            subprocess.run(["git", "apply", str(patch)], cwd=work, check=True,
+                           capture_output=True)
+            git(checkout, "hash-object", "-w", *(str(work / rel) for rel in pristine))
+
+
 def patch_id(text: str, checkout: Path) -> str:
     out = git(checkout, "patch-id", "--stable", input=text).stdout.split()
     return out[0] if out else ""
@@ -230,7 +255,14 @@ def cmd_status(checkout: Path) -> int:
 def cmd_apply(checkout: Path, check: bool, commit: bool) -> int:
     require_checkout(checkout)
     require_quiet(checkout)
-    base = identify_base(checkout)
+    try:
+        base = identify_base(checkout)
+    except Refused:
+        if feature_at_head(checkout):
+            print("torch._inductor.config.pre_grad_pass_timing already exists at HEAD: "
+                  "the checkout has the feature upstream; nothing to do")
+            return 0
+        raise
     applied = find_series_commits(checkout, base.series)
     names = [patch.name for patch in base.series.patches]
     done = [name for name in names if applied[name]]
@@ -248,6 +280,7 @@ def cmd_apply(checkout: Path, check: bool, commit: bool) -> int:
     todo = [patch for patch in base.series.patches if patch.name not in done]
     if done:
         print(f"{len(done)} patch(es) already applied; applying the other {len(todo)}")
+    seed_preimage_blobs(checkout, base.series)
     if check:
         return check_apply(checkout, base, todo)
     if commit:
@@ -262,12 +295,22 @@ def check_apply(checkout: Path, base: Base, todo: List[Path]) -> int:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         git(checkout, "read-tree", "HEAD", env=env)
         for patch in todo:
+            # A plain apply first, to name the failing hunks should the 3-way
+            # merge fail too (--3way leaves no markers in a throw-away index).
+            plain = git(checkout, "apply", "--cached", "--check", str(patch),
+                        check=False, env=env)
             result = git(checkout, "apply", "--cached", "--3way", str(patch),
                          check=False, env=env)
             if result.returncode != 0:
-                errors = [line for line in result.stderr.splitlines()
-                          if line.startswith(("error:", "U "))]
-                raise Refused(f"{patch.name} would not apply:\n  " + "\n  ".join(errors)
+                conflicted = [line[2:] for line in result.stderr.splitlines()
+                              if line.startswith("U ")]
+                hunks = [line.replace("error: patch failed: ", "")
+                         for line in plain.stderr.splitlines()
+                         if line.startswith("error: patch failed: ")
+                         and line.split(": ")[2].rsplit(":", 1)[0] in conflicted]
+                raise Refused(f"{patch.name} would not apply, even with a 3-way merge; "
+                              "conflicting hunks at:\n  "
+                              + "\n  ".join(hunks or conflicted or result.stderr.splitlines())
                               + "\ncheck: nothing was changed")
             how = "cleanly" if base.exact else "(3-way merge)"
             print(f"  would apply {patch.name} {how}")

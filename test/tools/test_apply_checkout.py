@@ -1,0 +1,325 @@
+"""scripts/apply.sh CHECKOUT on release-branch-shaped repositories.
+
+Each test builds a repository from a real torch install's files (no network),
+runs apply.sh on it as a maintainer would, and checks the history, the files
+and, for every refusal, that HEAD, refs, index and work tree are byte for byte
+as before.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import expecttest
+from hypothesis import given, HealthCheck, settings, strategies as st
+
+from checkout_repo import Checkout, make_checkout, site_of
+from fake_install import REPO, source_python, TOUCHED
+
+sys.path.insert(0, str(REPO / "scripts"))
+import pregrad_wheel  # noqa: E402
+
+SERIES = pregrad_wheel.load_series("v2.11.0")
+HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@", re.MULTILINE)
+
+
+def stock_site() -> Path:
+    return site_of(source_python("PREGRAD_STOCK_PYTHON"))
+
+
+def patched_files() -> dict[str, bytes]:
+    pristine = {rel: (stock_site() / rel).read_bytes() for rel in TOUCHED}
+    return pregrad_wheel.apply_series(pristine, SERIES)
+
+
+def subjects() -> list[str]:
+    result = []
+    for patch in SERIES.patches:
+        header = patch.read_text().split("\n\n", 1)[0]
+        subject = re.search(r"^Subject: \[PATCH\] (.*(?:\n .*)*)", header, re.MULTILINE)
+        assert subject is not None
+        result.append(subject.group(1).replace("\n ", " "))
+    return result
+
+
+def hunk_lines(rel: str) -> set[int]:
+    """Pristine line numbers that some patch's hunk (with context) covers in rel,
+    widened by 3 lines: edits there may legitimately conflict."""
+    covered: set[int] = set()
+    for patch in SERIES.patches:
+        text = patch.read_text()
+        if f"diff --git a/{rel} " not in text:
+            continue
+        section = text.split(f"diff --git a/{rel} b/{rel}\n", 1)[1].split("\ndiff --git ", 1)[0]
+        for match in HUNK.finditer(section):
+            start, length = int(match.group(1)), int(match.group(2) or 1)
+            covered.update(range(start - 3, start + length + 3))
+    return covered
+
+
+class ApplyCheckoutTest(expecttest.TestCase):
+    maxDiff = None
+
+    def setUp(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="pregrad-checkout-test-")
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = Path(self._tmp.name)
+        self.site = stock_site()
+
+    def checkout(self, name: str = "pytorch") -> Checkout:
+        return make_checkout(self.tmp / name, self.site)
+
+    def assertRefusedUnchanged(self, checkout: Checkout, *args: str) -> str:
+        before = checkout.state()
+        code, output = checkout.run(*args)
+        self.assertEqual(code, 1, output)
+        self.assertEqual(checkout.state(), before)
+        return output
+
+    def test_status_of_the_base(self) -> None:
+        code, output = self.checkout().run("--status")
+        self.assertEqual(code, 0)
+        self.assertExpectedInline(output, """\
+<checkout>: base v2.11.0 (all 4 files the series touches are identical to v2.11.0's)
+  missing                 0001-aot_autograd-run-pre-grad-passes-after-the-AOTAutogr.patch
+  missing                 0002-inductor-key-the-FX-graph-and-AOTAutograd-caches-on-.patch
+  missing                 0003-inductor-add-pre_grad_pass_timing-early-late-default.patch
+  missing                 0004-aot_autograd-run-early-pre-grad-passes-before-prepar.patch
+  missing                 0005-inductor-warn-once-per-pass-class-when-default-timin.patch
+series: 0 of 5 patches applied (matched by patch-id)
+feature present at HEAD: no
+""")
+
+    def test_apply_makes_one_commit_per_patch_keeping_messages(self) -> None:
+        checkout = self.checkout()
+        base = checkout.git("rev-parse", "HEAD").strip()
+        code, output = checkout.run()
+        self.assertEqual(code, 0, output)
+        self.assertIn("base v2.11.0: all 4 files the series touches are identical", output)
+        log = checkout.git("log", "--reverse", "--format=%s", f"{base}..HEAD").splitlines()
+        self.assertEqual(log, subjects())
+        for commit, patch in zip(
+            checkout.git("rev-list", "--reverse", f"{base}..HEAD").split(), SERIES.patches
+        ):
+            body = checkout.git("log", "-1", "--format=%B", commit)
+            origin = re.search(r"^Origin: .*$", patch.read_text(), re.MULTILINE)
+            assert origin is not None
+            self.assertIn(origin.group(0), body)
+            self.assertIn("Applied-Upstream: 2.12.0", body)
+        for rel, data in patched_files().items():
+            self.assertEqual(checkout.read(rel), data, rel)
+        self.assertEqual(checkout.git("status", "--porcelain"), "")
+
+    def test_second_apply_is_a_no_op(self) -> None:
+        checkout = self.checkout()
+        self.assertEqual(checkout.run()[0], 0)
+        before = checkout.state()
+        code, output = checkout.run()
+        self.assertEqual(code, 0)
+        self.assertExpectedInline(output, """\
+base v2.11.0: 5 of 5 patches of its series are in HEAD's history
+already applied: all 5 patches are in HEAD's history; nothing to do
+""")
+        self.assertEqual(checkout.state(), before)
+
+    def test_check_leaves_head_index_and_tree_untouched(self) -> None:
+        checkout = self.checkout()
+        before = checkout.state()
+        code, output = checkout.run("--check")
+        self.assertEqual(code, 0, output)
+        self.assertIn("check: 5 patch(es) would apply; HEAD, index and work tree untouched", output)
+        self.assertEqual(checkout.state(), before)
+
+    def test_no_commit_stages_the_series(self) -> None:
+        checkout = self.checkout()
+        head = checkout.git("rev-parse", "HEAD")
+        code, output = checkout.run("--no-commit")
+        self.assertEqual(code, 0, output)
+        self.assertEqual(checkout.git("rev-parse", "HEAD"), head)
+        self.assertEqual(sorted(checkout.git("diff", "--cached", "--name-only").split()), TOUCHED)
+        self.assertEqual(checkout.git("diff", "--name-only"), "")
+        for rel, data in patched_files().items():
+            self.assertEqual(checkout.read(rel), data, rel)
+
+    def test_local_change_in_a_touched_file_goes_through_a_3way_merge(self) -> None:
+        checkout = self.checkout()
+        config = checkout.read("torch/_inductor/config.py")
+        checkout.commit_file("torch/_inductor/config.py", config + b"\n# fork: local knob\n",
+                             "fork: local knob")
+        code, output = checkout.run()
+        self.assertEqual(code, 0, output)
+        self.assertIn("3 of 4 files the series touches are identical to v2.11.0's; "
+                      "the others (torch/_inductor/config.py) carry local changes", output)
+        merged = checkout.read("torch/_inductor/config.py")
+        self.assertIn(b"# fork: local knob", merged)
+        self.assertIn(b'pre_grad_pass_timing: Literal["early", "late", "default"] = "default"',
+                      merged)
+
+    def test_revert_reverts_exactly_the_series(self) -> None:
+        checkout = self.checkout()
+        self.assertEqual(checkout.run()[0], 0)
+        checkout.commit_file("NOTES", b"later, unrelated\n", "later unrelated commit")
+        code, output = checkout.run("--revert")
+        self.assertEqual(code, 0, output)
+        self.assertEqual(
+            checkout.git("log", "-5", "--format=%s").splitlines(),
+            [f'Revert "{subject}"' for subject in subjects()],
+        )
+        for rel in TOUCHED:
+            self.assertEqual(checkout.read(rel), (self.site / rel).read_bytes(), rel)
+        self.assertEqual(checkout.read("NOTES"), b"later, unrelated\n")
+        self.assertIn("series: 0 of 5 patches applied", checkout.run("--status")[1])
+
+    def test_revert_refuses_when_later_commits_touched_the_same_lines(self) -> None:
+        checkout = self.checkout()
+        self.assertEqual(checkout.run()[0], 0)
+        config = checkout.read("torch/_inductor/config.py").replace(
+            b'pre_grad_pass_timing: Literal["early", "late", "default"] = "default"',
+            b'pre_grad_pass_timing: Literal["early", "late", "default"] = "early"',
+        )
+        checkout.commit_file("torch/_inductor/config.py", config, "fork: default to early")
+        output = self.assertRefusedUnchanged(checkout, "--revert")
+        self.assertIn("cannot revert 0003-inductor-add-pre_grad_pass_timing", output)
+        self.assertRegex(output, r"torch/_inductor/config\.py:\d+")
+        self.assertIn("fork: default to early", output)
+
+    def test_refuses_a_dirty_tree(self) -> None:
+        checkout = self.checkout()
+        (checkout.path / "torch/_inductor/config.py").write_bytes(b"# edited\n")
+        output = self.assertRefusedUnchanged(checkout)
+        self.assertIn("has uncommitted changes", output)
+        self.assertIn(" M torch/_inductor/config.py", output)
+
+    def test_refuses_a_dirty_index(self) -> None:
+        checkout = self.checkout()
+        (checkout.path / "new_file.py").write_bytes(b"x = 1\n")
+        checkout.git("add", "new_file.py")
+        output = self.assertRefusedUnchanged(checkout)
+        self.assertIn("A  new_file.py", output)
+
+    def test_refuses_an_am_in_progress(self) -> None:
+        checkout = self.checkout()
+        bogus = self.tmp / "bogus.patch"
+        bogus.write_text(SERIES.patches[0].read_text().replace(
+            "     ignore_shape_env: bool = False,", "     ignore_shape_env: int = 7,"))
+        checkout.git("am", str(bogus), check=False)
+        output = self.assertRefusedUnchanged(checkout)
+        self.assertIn("a git am or rebase is in progress", output)
+
+    def test_refuses_a_merge_in_progress(self) -> None:
+        checkout = self.checkout()
+        checkout.git("checkout", "-q", "-b", "side", "HEAD~1")
+        checkout.commit_file("RELEASE_NOTES.md", b"side\n", "side notes")
+        checkout.git("checkout", "-q", "release/2.11")
+        checkout.commit_file("RELEASE_NOTES.md", b"main\n", "main notes")
+        checkout.git("merge", "side", check=False)  # conflicts: MERGE_HEAD stays
+        output = self.assertRefusedUnchanged(checkout)
+        self.assertIn("a merge is in progress", output)
+
+    def test_refuses_a_directory_that_is_not_a_pytorch_checkout(self) -> None:
+        other = Checkout(self.tmp / "other")
+        other.path.mkdir()
+        other.git("init", "-q")
+        other.commit_file("README", b"not torch\n", "init")
+        output = self.assertRefusedUnchanged(other)
+        self.assertIn("is not a PyTorch checkout: torch/_inductor/config.py, "
+                      "torch/_functorch/aot_autograd.py not tracked at HEAD", output)
+
+    def test_refuses_a_directory_that_is_not_a_git_work_tree(self) -> None:
+        plain = self.tmp / "plain"
+        plain.mkdir()
+        code, output = Checkout(plain).run()
+        self.assertEqual(code, 1)
+        self.assertIn("is not a git work tree", output)
+
+    def test_refuses_an_unknown_base(self) -> None:
+        checkout = make_checkout(self.tmp / "older", self.site)
+        codecache = checkout.read("torch/_inductor/codecache.py")
+        # Rewrite history so the v2.11.0 blob of codecache.py was never there.
+        checkout.git("checkout", "-q", "--orphan", "older")
+        (checkout.path / "torch/_inductor/codecache.py").write_bytes(codecache[:-200])
+        checkout.git("add", "-A")
+        checkout.git("commit", "-q", "-m", "an older release")
+        checkout.git("branch", "-D", "release/2.11")
+        checkout.git("tag", "-d", "v2.11.0")
+        checkout.git("reflog", "expire", "--expire=now", "--all")
+        checkout.git("gc", "-q", "--prune=now")
+        output = self.assertRefusedUnchanged(checkout)
+        self.assertIn("unknown base: the files the series touches match no supported base", output)
+
+    def test_refuses_a_conflict_naming_patch_file_and_line(self) -> None:
+        checkout = self.checkout()
+        config = checkout.read("torch/_inductor/config.py").replace(
+            b"use_pre_grad_passes: bool = True\n", b"use_pre_grad_passes: bool = False\n"
+        )
+        checkout.commit_file("torch/_inductor/config.py", config, "fork: no pre-grad passes")
+        output = self.assertRefusedUnchanged(checkout)
+        self.assertIn("0003-inductor-add-pre_grad_pass_timing-early-late-default.patch does "
+                      "not apply, even with a 3-way merge; conflicts at:", output)
+        self.assertRegex(output, r"\n  torch/_inductor/config\.py:\d+\n")
+        self.assertIn("the am was aborted; HEAD, index and work tree are as before", output)
+
+    def test_check_names_a_conflict_and_changes_nothing(self) -> None:
+        checkout = self.checkout()
+        config = checkout.read("torch/_inductor/config.py").replace(
+            b"use_pre_grad_passes: bool = True\n", b"use_pre_grad_passes: bool = False\n"
+        )
+        checkout.commit_file("torch/_inductor/config.py", config, "fork: no pre-grad passes")
+        output = self.assertRefusedUnchanged(checkout, "--check")
+        self.assertRegex(output, r"0003-inductor-add-pre_grad_pass_timing-early-late-default"
+                         r"\.patch would not apply, even with a 3-way merge; conflicting "
+                         r"hunks at:\n  torch/_inductor/config\.py:\d+\n")
+
+    def test_checkout_with_the_feature_upstream_is_left_alone(self) -> None:
+        upstream_site = site_of(source_python("PREGRAD_UPSTREAM_PYTHON"))
+        checkout = make_checkout(self.tmp / "v2.12", upstream_site)
+        before = checkout.state()
+        code, output = checkout.run()
+        self.assertEqual(code, 0, output)
+        self.assertIn("has the feature upstream; nothing to do", output)
+        self.assertEqual(checkout.state(), before)
+
+    def test_usage_errors_exit_2(self) -> None:
+        checkout = self.checkout()
+        code, output = checkout.run("--python", sys.executable)
+        self.assertEqual(code, 2)
+        self.assertIn("--python and CHECKOUT do not go together", output)
+
+    @given(data=st.data())
+    @settings(max_examples=12, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    def test_unrelated_edits_apply_with_3way_or_fail_cleanly(self, data: st.DataObject) -> None:
+        """Edits to the touched files outside the hunks: the series goes in with
+        a 3-way merge, keeping the edits; if it ever cannot, nothing changes."""
+        with tempfile.TemporaryDirectory(dir=self.tmp) as tmp:
+            checkout = make_checkout(Path(tmp) / "repo", self.site)
+            edits = data.draw(st.lists(st.sampled_from(TOUCHED), min_size=1, max_size=3),
+                              label="files")
+            markers = []
+            for number, rel in enumerate(edits):
+                lines = checkout.read(rel).decode().split("\n")
+                free = sorted(set(range(1, len(lines))) - hunk_lines(rel))
+                at = data.draw(st.sampled_from(free), label=f"line in {rel}")
+                marker = f"# fork edit {number}"
+                lines.insert(at, marker)
+                markers.append((rel, marker))
+                checkout.commit_file(rel, "\n".join(lines).encode(), f"fork edit {number}")
+            before = checkout.state()
+            code, output = checkout.run()
+            if code == 0:
+                for rel, marker in markers:
+                    self.assertIn(marker.encode(), checkout.read(rel))
+                self.assertIn(b"def resolve_pre_grad_pass_timing()",
+                              checkout.read("torch/_inductor/codecache.py"))
+                self.assertEqual(checkout.git("status", "--porcelain"), "")
+            else:
+                self.assertEqual(code, 1, output)
+                self.assertEqual(checkout.state(), before)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -83,6 +83,14 @@ def load_series(base: str) -> Series:
     return Series(base, directory, patches, sorted(touched))
 
 
+def shown(path: Path) -> str:
+    """A path as the user should read it: relative to the repository if inside."""
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
 def base_for_version(version: str) -> str:
     """'2.11.0+cu128' -> 'v2.11.0': local build tags share the base's sources."""
     return "v" + version.split("+", 1)[0]
@@ -125,7 +133,7 @@ def apply_series(pristine: Dict[str, bytes], series: Series) -> Dict[str, bytes]
                     if line.startswith("error:")
                 ]
                 raise Refused(
-                    f"{patch.relative_to(REPO)} does not apply to the pristine "
+                    f"{shown(patch)} does not apply to the pristine "
                     f"{series.base} files:\n  " + "\n  ".join(errors)
                 )
         return {rel: (work / rel).read_bytes() for rel in pristine}
@@ -501,7 +509,7 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path) -> int:
         sums = "".join(f"{sha256_hex(patched[rel])}  {rel}\n" for rel in series.touched)
         (staging / "SHA256SUMS").write_text(sums)
         stamp = [f"base: {series.base}", f"source: {source}", "series:"]
-        stamp += [f"  {sha256_hex(p.read_bytes())}  {p.relative_to(REPO)}" for p in series.patches]
+        stamp += [f"  {sha256_hex(p.read_bytes())}  {shown(p)}" for p in series.patches]
         stamp += ["pristine:"]
         stamp += [f"  {sha256_hex(pristine[rel])}  {rel}" for rel in series.touched]
         stamp += ["patched (also in SHA256SUMS):"]

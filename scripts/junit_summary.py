@@ -1,11 +1,15 @@
 """Count the outcomes in a pytest --junitxml report.
 
 Usage: python3 scripts/junit_summary.py REPORT.xml [--expect-all-failed]
+       python3 scripts/junit_summary.py --compare STOCK.xml PATCHED.xml
 
 Prints "N passed, N failed, N skipped" (errors count as failed). With
 --expect-all-failed it exits 1 unless at least one test ran and none passed
 or was skipped: the torch-behaviour tests must each fail on a torch that lacks
 the feature, or they test nothing.
+
+--compare prints a table of the tests that pass on stock torch but fail on
+patched torch (regressions; exit 1 if any) and of those fixed the other way.
 """
 
 from __future__ import annotations
@@ -29,7 +33,37 @@ def outcomes(report: str) -> tuple[int, int, int, list[str]]:
     return passed, failed, skipped, passing
 
 
+def by_test(report: str) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for case in ElementTree.parse(report).iter("testcase"):
+        kinds = {child.tag for child in case}
+        outcome = ("failed" if kinds & {"failure", "error"}
+                   else "skipped" if "skipped" in kinds else "passed")
+        result[f"{case.get('classname')}::{case.get('name')}"] = outcome
+    return result
+
+
+def compare(stock_report: str, patched_report: str) -> int:
+    stock, patched = by_test(stock_report), by_test(patched_report)
+    regressions = sorted(t for t in stock if stock[t] == "passed" and patched.get(t) == "failed")
+    fixed = sorted(t for t in stock if stock[t] == "failed" and patched.get(t) == "passed")
+    vanished = sorted(t for t in stock if t not in patched)
+    width = max([len(t) for t in regressions + fixed + vanished] + [4])
+    print(f"{len(stock)} tests on stock, {len(patched)} on patched")
+    for title, rows, after in (("regressions (pass stock, fail patched)", regressions, "failed"),
+                               ("fixed (fail stock, pass patched)", fixed, "passed"),
+                               ("ran on stock only", vanished, "-")):
+        print(f"{title}: {len(rows)}")
+        if rows:
+            print(f"  {'test':<{width}}  stock   patched")
+            for test in rows:
+                print(f"  {test:<{width}}  {stock[test]:<6}  {patched.get(test, after)}")
+    return 1 if regressions else 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--compare"] and len(argv) == 3:
+        return compare(argv[1], argv[2])
     if not argv or argv[0].startswith("-"):
         print(__doc__.strip(), file=sys.stderr)
         return 2

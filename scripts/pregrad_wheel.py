@@ -212,30 +212,36 @@ def inspect(install: Install) -> Status:
     if manifest is not None and manifest.get("state") != "applied":
         lines = [f"  {manifest.get('state')} run stopped part-way"]
         return Status("interrupted", install, series, lines, manifest)
-    patched_digests = (manifest or {}).get("patched", {})
-    lines: List[str] = []
+    if manifest is not None:
+        lines = []
+        kinds = set()
+        for rel, patched_digest in sorted(manifest["patched"].items()):
+            digest = record_digest(install.read(rel)) if install.path(rel).is_file() else ""
+            kind = ("patched" if digest == patched_digest
+                    else "pristine" if digest == install.record.get(rel) else "modified")
+            kinds.add(kind)
+            lines.append(f"  {kind:<9} {rel}")
+        if kinds == {"patched"}:
+            current = {p.name: sha256_hex(p.read_bytes()) for p in series.patches}
+            if manifest["series"] == current and sorted(manifest["patched"]) == series.touched:
+                return Status("patched", install, series, lines, manifest)
+            return Status("outdated", install, series, lines, manifest)
+        if kinds != {"pristine"}:
+            return Status("modified", install, series, lines, manifest)
+        # All pristine again: the state is stale (torch was reinstalled).
+    lines = []
     kinds = set()
     for rel in series.touched:
         if rel not in install.record:
             raise Refused(f"{rel} is not in torch {install.version}'s RECORD")
-        if not install.path(rel).is_file():
-            kind = "missing"
-        else:
-            digest = record_digest(install.read(rel))
-            if digest == install.record[rel]:
-                kind = "pristine"
-            elif digest == patched_digests.get(rel):
-                kind = "patched"
-            else:
-                kind = "modified"
+        digest = record_digest(install.read(rel)) if install.path(rel).is_file() else ""
+        kind = "pristine" if digest == install.record[rel] else "modified"
         kinds.add(kind)
         lines.append(f"  {kind:<9} {rel}")
     if kinds == {"pristine"}:
         if has_feature(install.read(config_rel)):
             return Status("has-feature", install, series, lines, manifest)
         return Status("pristine", install, series, lines, manifest)
-    if kinds == {"patched"}:
-        return Status("patched", install, series, lines, manifest)
     return Status("modified", install, series, lines, manifest)
 
 
@@ -249,11 +255,11 @@ def atomic_write(target: Path, data: bytes, mode: int) -> None:
     os.replace(tmp, target)
 
 
-def restore_pristine(install: Install, series: Series, manifest: dict) -> List[str]:
-    """Put every touched file back to the wheel's bytes, from the backups."""
+def restore_pristine(install: Install, manifest: dict) -> List[str]:
+    """Put every file the manifest names back to the wheel's bytes, from the backups."""
     restored: List[str] = []
     backups = install.state_dir / "orig"
-    for rel in series.touched:
+    for rel in sorted(manifest["pristine"]):
         target = install.path(rel)
         if target.is_file() and record_digest(target.read_bytes()) == install.record[rel]:
             continue
@@ -280,7 +286,7 @@ def recover(status: Status, check: bool) -> int:
         print(f"would roll back the interrupted {status.manifest.get('state')} run "
               "and restore the wheel's files")
         return 0
-    restored = restore_pristine(status.install, status.series, status.manifest)
+    restored = restore_pristine(status.install, status.manifest)
     drop_state(status.install)
     print(f"rolled back an interrupted {status.manifest.get('state')} run: "
           f"restored {len(restored)} file(s) to the wheel's bytes")
@@ -296,6 +302,8 @@ def cmd_status(install: Install) -> int:
         "pristine": "pristine: every file the series touches matches torch's RECORD",
         "patched": "patched: the series is applied (revert with --revert)",
         "modified": "modified: files differ from both the wheel and the series",
+        "outdated": "outdated: an earlier version of the series is applied; "
+        "apply replaces it, --revert removes it",
         "interrupted": "interrupted: an earlier run stopped part-way; "
         "--revert or the next apply rolls it back",
         "has-feature": "has the feature: torch._inductor.config.pre_grad_pass_timing "
@@ -336,16 +344,29 @@ def cmd_apply(install: Install, check: bool) -> int:
     if status.state == "patched":
         print("already applied: nothing to do")
         return 0
+    if status.state == "outdated":
+        if check:
+            print("an earlier version of the series is applied: would replace it")
+        else:
+            assert status.manifest is not None
+            restore_pristine(install, status.manifest)
+            drop_state(install)
+            print("an earlier version of the series was applied: restored the wheel's "
+                  "files, now applying this one")
+            status = inspect(install)
     if status.state == "has-feature":
         print("torch._inductor.config.pre_grad_pass_timing already exists in this "
               "torch: it has the feature, nothing to do")
         return 0
-    refuse_unless_applicable(status)
+    if status.state != "outdated" or not check:
+        refuse_unless_applicable(status)
     series = status.series
     assert series is not None
-    if status.manifest is not None and not check:
+    if status.manifest is not None and status.state == "pristine" and not check:
         drop_state(install)  # left by an earlier install of torch that was replaced
-    pristine = {rel: install.read(rel) for rel in series.touched}
+    backups = status.manifest["pristine"] if status.state == "outdated" and status.manifest else {}
+    pristine = {rel: (install.state_dir / "orig" / rel).read_bytes() if rel in backups
+                else install.read(rel) for rel in series.touched}
     patched = apply_series(pristine, series)
     if check:
         for rel in series.touched:
@@ -370,7 +391,7 @@ def cmd_apply(install: Install, check: bool) -> int:
     except BaseException:
         manifest = read_manifest(install)
         assert manifest is not None
-        restore_pristine(install, series, manifest)
+        restore_pristine(install, manifest)
         drop_state(install)
         print("failed part-way: every file was restored to the wheel's bytes",
               file=sys.stderr)
@@ -423,13 +444,13 @@ def cmd_revert(install: Install, check: bool) -> int:
         )
     assert status.series is not None and status.manifest is not None
     if check:
-        for rel in status.series.touched:
+        for rel in sorted(status.manifest["pristine"]):
             print(f"  would restore {rel}")
         print("check: nothing was written")
         return 0
     manifest = dict(status.manifest, state="reverting")
     atomic_write(install.state_dir / MANIFEST, json.dumps(manifest, indent=2).encode(), 0o644)
-    restored = restore_pristine(install, status.series, manifest)
+    restored = restore_pristine(install, manifest)
     for rel in restored:
         print(f"  restored {rel}")
     drop_state(install)

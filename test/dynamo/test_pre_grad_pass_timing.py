@@ -33,6 +33,7 @@ from pregrad_passes import (
     CountingPass,
     plain_callable_pass,
     ScaleOutputPass,
+    SinToCosPass,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -264,6 +265,33 @@ pre_grad_custom_pass CountingPass does not implement uuid(); falling back to ear
         for out, grads in ((cold_out, cold_grads), (warm_out, warm_grads)):
             self.assertEqual(out, eager_out)
             self.assertEqual(grads, eager_grads)
+
+    def test_late_passes_survive_cpu_freezing_with_an_identity_module(self) -> None:
+        """CPU inference with freezing runs remove_identity among the built-in
+        passes; late timing must still trace the module the passes changed,
+        so the custom pass's rewrite (sin -> cos) shows in the output."""
+
+        class Model(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.linear = torch.nn.Linear(8, 8)
+                self.identity = torch.nn.Identity()
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return torch.sin(self.identity(self.linear(x)))
+
+        model = Model().eval()
+        x = torch.randn(4, 8)
+        sin_to_cos = SinToCosPass()
+        with (
+            torch.no_grad(),
+            inductor_config.patch({"freezing": True, "pre_grad_custom_pass": sin_to_cos}),
+        ):
+            self.assertEqual(resolve_pre_grad_pass_timing(), "late")
+            torch._dynamo.reset()
+            out = torch.compile(model)(x)
+            self.assertEqual(sin_to_cos.calls, 1)
+            self.assertEqual(out, torch.cos(model.linear(x)))
 
     def test_warm_start_in_a_second_process(self) -> None:
         """A new process sharing the cache directory hits without running the

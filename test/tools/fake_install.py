@@ -24,6 +24,7 @@ TOUCHED = [
     "torch/_inductor/codecache.py",
     "torch/_inductor/compile_fx.py",
     "torch/_inductor/config.py",
+    "torch/_inductor/fx_passes/pre_grad.py",
 ]
 
 

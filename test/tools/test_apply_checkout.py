@@ -84,13 +84,14 @@ class ApplyCheckoutTest(expecttest.TestCase):
         code, output = self.checkout().run("--status")
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-<checkout>: base v2.11.0 (all 4 files the series touches are identical to v2.11.0's)
+<checkout>: base v2.11.0 (all 5 files the series touches are identical to v2.11.0's)
   missing                 0001-aot_autograd-run-pre-grad-passes-after-the-AOTAutogr.patch
   missing                 0002-inductor-key-the-FX-graph-and-AOTAutograd-caches-on-.patch
   missing                 0003-inductor-add-pre_grad_pass_timing-early-late-default.patch
-  missing                 0004-aot_autograd-run-early-pre-grad-passes-before-prepar.patch
-  missing                 0005-inductor-warn-once-per-pass-class-when-default-timin.patch
-series: 0 of 5 patches applied (matched by patch-id)
+  missing                 0004-inductor-make-the-CPU-inference-remove_identity-pass.patch
+  missing                 0005-aot_autograd-run-early-pre-grad-passes-before-prepar.patch
+  missing                 0006-inductor-warn-once-per-pass-class-when-default-timin.patch
+series: 0 of 6 patches applied (matched by patch-id)
 feature present at HEAD: no
 """)
 
@@ -99,7 +100,7 @@ feature present at HEAD: no
         base = checkout.git("rev-parse", "HEAD").strip()
         code, output = checkout.run()
         self.assertEqual(code, 0, output)
-        self.assertIn("base v2.11.0: all 4 files the series touches are identical", output)
+        self.assertIn(f"base v2.11.0: all {len(TOUCHED)} files the series touches are identical", output)
         log = checkout.git("log", "--reverse", "--format=%s", f"{base}..HEAD").splitlines()
         self.assertEqual(log, subjects())
         for commit, patch in zip(
@@ -121,8 +122,8 @@ feature present at HEAD: no
         code, output = checkout.run()
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-base v2.11.0: 5 of 5 patches of its series are in HEAD's history
-already applied: all 5 patches are in HEAD's history; nothing to do
+base v2.11.0: 6 of 6 patches of its series are in HEAD's history
+already applied: all 6 patches are in HEAD's history; nothing to do
 """)
         self.assertEqual(checkout.state(), before)
 
@@ -131,7 +132,8 @@ already applied: all 5 patches are in HEAD's history; nothing to do
         before = checkout.state()
         code, output = checkout.run("--check")
         self.assertEqual(code, 0, output)
-        self.assertIn("check: 5 patch(es) would apply; HEAD, index and work tree untouched", output)
+        self.assertIn(f"check: {len(SERIES.patches)} patch(es) would apply; HEAD, index and work tree "
+                      "untouched", output)
         self.assertEqual(checkout.state(), before)
 
     def test_no_commit_stages_the_series(self) -> None:
@@ -152,8 +154,9 @@ already applied: all 5 patches are in HEAD's history; nothing to do
                              "fork: local knob")
         code, output = checkout.run()
         self.assertEqual(code, 0, output)
-        self.assertIn("3 of 4 files the series touches are identical to v2.11.0's; "
-                      "the others (torch/_inductor/config.py) carry local changes", output)
+        self.assertIn(f"{len(TOUCHED) - 1} of {len(TOUCHED)} files the series touches are "
+                      "identical to v2.11.0's; the others (torch/_inductor/config.py) carry "
+                      "local changes", output)
         merged = checkout.read("torch/_inductor/config.py")
         self.assertIn(b"# fork: local knob", merged)
         self.assertIn(b'pre_grad_pass_timing: Literal["early", "late", "default"] = "default"',
@@ -166,13 +169,13 @@ already applied: all 5 patches are in HEAD's history; nothing to do
         code, output = checkout.run("--revert")
         self.assertEqual(code, 0, output)
         self.assertEqual(
-            checkout.git("log", "-5", "--format=%s").splitlines(),
+            checkout.git("log", f"-{len(SERIES.patches)}", "--format=%s").splitlines(),
             [f'Revert "{subject}"' for subject in subjects()],
         )
         for rel in TOUCHED:
             self.assertEqual(checkout.read(rel), (self.site / rel).read_bytes(), rel)
         self.assertEqual(checkout.read("NOTES"), b"later, unrelated\n")
-        self.assertIn("series: 0 of 5 patches applied", checkout.run("--status")[1])
+        self.assertIn(f"series: 0 of {len(SERIES.patches)} patches applied", checkout.run("--status")[1])
 
     def test_revert_refuses_when_later_commits_touched_the_same_lines(self) -> None:
         checkout = self.checkout()

@@ -8,6 +8,7 @@ as expected text and compares the bytes on disk before and after.
 from __future__ import annotations
 
 import hashlib
+import json
 import tempfile
 import unittest
 from pathlib import Path
@@ -50,11 +51,12 @@ class ApplyWheelTest(expecttest.TestCase):
         code, output = install.run("--status")
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+torch 2.11.0 in <site> (base v2.11.0, 6 patches)
   pristine  torch/_functorch/aot_autograd.py
   pristine  torch/_inductor/codecache.py
   pristine  torch/_inductor/compile_fx.py
   pristine  torch/_inductor/config.py
+  pristine  torch/_inductor/fx_passes/pre_grad.py
 pristine: every file the series touches matches torch's RECORD
 """)
 
@@ -64,12 +66,13 @@ pristine: every file the series touches matches torch's RECORD
         code, output = install.run("--check")
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+torch 2.11.0 in <site> (base v2.11.0, 6 patches)
   would patch torch/_functorch/aot_autograd.py
   would patch torch/_inductor/codecache.py
   would patch torch/_inductor/compile_fx.py
   would patch torch/_inductor/config.py
-check: the series applies cleanly; 4 file(s) would change, nothing was written
+  would patch torch/_inductor/fx_passes/pre_grad.py
+check: the series applies cleanly; 5 file(s) would change, nothing was written
 """)
         self.assertEqual(install.snapshot(), before)
 
@@ -79,12 +82,13 @@ check: the series applies cleanly; 4 file(s) would change, nothing was written
         code, output = install.run()
         self.assertEqual(code, 0, output)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+torch 2.11.0 in <site> (base v2.11.0, 6 patches)
   patched torch/_functorch/aot_autograd.py
   patched torch/_inductor/codecache.py
   patched torch/_inductor/compile_fx.py
   patched torch/_inductor/config.py
-applied 5 patches to 4 files; originals kept in <site>/.torch-pregrad-backport
+  patched torch/_inductor/fx_passes/pre_grad.py
+applied 6 patches to 5 files; originals kept in <site>/.torch-pregrad-backport
 """)
         patched = self.patched_bytes()
         for rel in TOUCHED:
@@ -96,13 +100,34 @@ applied 5 patches to 4 files; originals kept in <site>/.torch-pregrad-backport
         code, output = install.run("--status")
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+torch 2.11.0 in <site> (base v2.11.0, 6 patches)
   patched   torch/_functorch/aot_autograd.py
   patched   torch/_inductor/codecache.py
   patched   torch/_inductor/compile_fx.py
   patched   torch/_inductor/config.py
+  patched   torch/_inductor/fx_passes/pre_grad.py
 patched: the series is applied (revert with --revert)
 """)
+
+    def test_an_earlier_series_is_replaced_by_apply(self) -> None:
+        """An install patched by an older version of this project's series
+        (recorded in the manifest) is 'outdated'; apply swaps in the current one."""
+        install = self.install()
+        self.assertEqual(install.run()[0], 0)
+        manifest_path = install.site / STATE_DIRNAME / "manifest.json"
+        manifest = json.loads(manifest_path.read_text())
+        manifest["series"] = {"0001-older.patch": "0" * 64}
+        manifest_path.write_text(json.dumps(manifest))
+        code, output = install.run("--status")
+        self.assertEqual(code, 1)
+        self.assertIn("outdated: an earlier version of the series is applied", output)
+        code, output = install.run()
+        self.assertEqual(code, 0, output)
+        self.assertIn("an earlier version of the series was applied: restored the wheel's "
+                      "files, now applying this one", output)
+        self.assertEqual(install.run("--status")[0], 0)
+        self.assertEqual({rel: install.path(rel).read_bytes() for rel in TOUCHED},
+                         self.patched_bytes())
 
     def test_second_apply_is_a_no_op(self) -> None:
         install = self.install()
@@ -111,7 +136,7 @@ patched: the series is applied (revert with --revert)
         code, output = install.run()
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+torch 2.11.0 in <site> (base v2.11.0, 6 patches)
 already applied: nothing to do
 """)
         self.assertEqual(install.snapshot(), after_first)
@@ -123,12 +148,13 @@ already applied: nothing to do
         code, output = install.run("--revert")
         self.assertEqual(code, 0, output)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+torch 2.11.0 in <site> (base v2.11.0, 6 patches)
   restored torch/_functorch/aot_autograd.py
   restored torch/_inductor/codecache.py
   restored torch/_inductor/compile_fx.py
   restored torch/_inductor/config.py
-reverted: 4 file(s) are byte-identical to torch's RECORD again
+  restored torch/_inductor/fx_passes/pre_grad.py
+reverted: 5 file(s) are byte-identical to torch's RECORD again
 """)
         self.assertEqual(install.snapshot(), before)
 
@@ -147,7 +173,7 @@ reverted: 4 file(s) are byte-identical to torch's RECORD again
         code, output = install.run("--revert")
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+torch 2.11.0 in <site> (base v2.11.0, 6 patches)
 nothing to revert: pristine
 """)
         self.assertEqual(install.snapshot(), before)
@@ -160,7 +186,7 @@ nothing to revert: pristine
         code, output = install.run()
         self.assertEqual(code, 1)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+torch 2.11.0 in <site> (base v2.11.0, 6 patches)
 error: these files differ from torch's RECORD, so the series was not applied and nothing was changed:
   <site>/torch/_inductor/config.py
 reinstall torch (<python> -m pip install --force-reinstall --no-deps torch==2.11.0) or undo the local edits
@@ -176,7 +202,7 @@ reinstall torch (<python> -m pip install --force-reinstall --no-deps torch==2.11
         code, output = install.run("--revert")
         self.assertEqual(code, 1)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 5 patches)
+torch 2.11.0 in <site> (base v2.11.0, 6 patches)
 error: these files changed after the series was applied, so nothing was reverted:
   <site>/torch/_inductor/codecache.py
 reinstall torch (<python> -m pip install --force-reinstall --no-deps torch==2.11.0) to get the wheel's files back

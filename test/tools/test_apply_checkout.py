@@ -254,12 +254,17 @@ already applied: all 6 patches are in HEAD's history; nothing to do
         output = self.assertRefusedUnchanged(checkout)
         self.assertIn("unknown base: the files the series touches match no supported base", output)
 
-    def test_refuses_a_conflict_naming_patch_file_and_line(self) -> None:
+    def conflicting_checkout(self) -> Checkout:
+        """A fork that changed a line inside patch 0003's hunk in config.py."""
         checkout = self.checkout()
         config = checkout.read("torch/_inductor/config.py").replace(
             b"use_pre_grad_passes: bool = True\n", b"use_pre_grad_passes: bool = False\n"
         )
         checkout.commit_file("torch/_inductor/config.py", config, "fork: no pre-grad passes")
+        return checkout
+
+    def test_refuses_a_conflict_naming_patch_file_and_line(self) -> None:
+        checkout = self.conflicting_checkout()
         output = self.assertRefusedUnchanged(checkout)
         self.assertIn("0003-inductor-add-pre_grad_pass_timing-early-late-default.patch does "
                       "not apply, even with a 3-way merge; conflicts at:", output)
@@ -267,11 +272,7 @@ already applied: all 6 patches are in HEAD's history; nothing to do
         self.assertIn("the am was aborted; HEAD, index and work tree are as before", output)
 
     def test_check_names_a_conflict_and_changes_nothing(self) -> None:
-        checkout = self.checkout()
-        config = checkout.read("torch/_inductor/config.py").replace(
-            b"use_pre_grad_passes: bool = True\n", b"use_pre_grad_passes: bool = False\n"
-        )
-        checkout.commit_file("torch/_inductor/config.py", config, "fork: no pre-grad passes")
+        checkout = self.conflicting_checkout()
         output = self.assertRefusedUnchanged(checkout, "--check")
         self.assertRegex(output, r"0003-inductor-add-pre_grad_pass_timing-early-late-default"
                          r"\.patch would not apply, even with a 3-way merge; conflicting "

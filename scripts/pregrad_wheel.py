@@ -344,6 +344,20 @@ def cmd_apply(install: Install, check: bool) -> int:
     if status.state == "patched":
         print("already applied: nothing to do")
         return 0
+    if status.state == "has-feature":
+        print("torch._inductor.config.pre_grad_pass_timing already exists in this "
+              "torch: it has the feature, nothing to do")
+        return 0
+    if status.state != "outdated":
+        refuse_unless_applicable(status)
+    series = status.series
+    assert series is not None
+    # An earlier series' originals are in its backups; build the new files
+    # from those before anything is written, so a failure changes nothing.
+    backups = status.manifest["pristine"] if status.state == "outdated" and status.manifest else {}
+    pristine = {rel: (install.state_dir / "orig" / rel).read_bytes() if rel in backups
+                else install.read(rel) for rel in series.touched}
+    patched = apply_series(pristine, series)
     if status.state == "outdated":
         if check:
             print("an earlier version of the series is applied: would replace it")
@@ -353,21 +367,8 @@ def cmd_apply(install: Install, check: bool) -> int:
             drop_state(install)
             print("an earlier version of the series was applied: restored the wheel's "
                   "files, now applying this one")
-            status = inspect(install)
-    if status.state == "has-feature":
-        print("torch._inductor.config.pre_grad_pass_timing already exists in this "
-              "torch: it has the feature, nothing to do")
-        return 0
-    if status.state != "outdated" or not check:
-        refuse_unless_applicable(status)
-    series = status.series
-    assert series is not None
-    if status.manifest is not None and status.state == "pristine" and not check:
+    elif status.manifest is not None and not check:
         drop_state(install)  # left by an earlier install of torch that was replaced
-    backups = status.manifest["pristine"] if status.state == "outdated" and status.manifest else {}
-    pristine = {rel: (install.state_dir / "orig" / rel).read_bytes() if rel in backups
-                else install.read(rel) for rel in series.touched}
-    patched = apply_series(pristine, series)
     if check:
         for rel in series.touched:
             print(f"  would patch {rel}")
@@ -590,6 +591,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Refused as problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted: any file already written was restored; "
+              "--status tells where the install stands", file=sys.stderr)
+        return 130
     except PermissionError as problem:
         print(f"error: {problem}; nothing was changed (run as the owner of the "
               "install, or with a venv you can write)", file=sys.stderr)

@@ -66,14 +66,18 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0
 die_usage() { printf 'apply.sh: %s\n(see scripts/apply.sh --help)\n' "$1" >&2; exit 2; }
 
 python="" mode="apply" check="" overlay_base="" out="" checkout="" no_commit=""
+set_mode() {  # one of --status, --revert, --overlay at most
+  [ "$mode" = apply ] || die_usage "--$mode and --$1 do not go together"
+  mode="$1"
+}
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --python) [ $# -ge 2 ] || die_usage "--python needs an interpreter"; python="$2"; shift 2 ;;
     --check) check="--check"; shift ;;
-    --status) mode="status"; shift ;;
-    --revert) mode="revert"; shift ;;
-    --overlay) [ $# -ge 2 ] || die_usage "--overlay needs a base, e.g. v2.11.0"; mode="overlay"; overlay_base="$2"; shift 2 ;;
+    --status) set_mode status; shift ;;
+    --revert) set_mode revert; shift ;;
+    --overlay) [ $# -ge 2 ] || die_usage "--overlay needs a base, e.g. v2.11.0"; set_mode overlay; overlay_base="$2"; shift 2 ;;
     --out) [ $# -ge 2 ] || die_usage "--out needs a directory"; out="$2"; shift 2 ;;
     --no-commit) no_commit="--no-commit"; shift ;;
     -*) die_usage "unknown argument: $1" ;;
@@ -82,10 +86,20 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+require_python() {  # a Python interpreter that runs, or exit 1 naming it
+  if [ "$("$python" -c 'print("ok")' 2>/dev/null)" != ok ]; then
+    echo "apply.sh: $python is not a Python interpreter that runs here" >&2
+    exit 1
+  fi
+}
+
 if [ "$mode" = "overlay" ]; then
   [ -z "$check" ] || die_usage "--check does not apply to --overlay"
+  [ -z "$checkout" ] || die_usage "--overlay and CHECKOUT do not go together"
+  [ -z "$no_commit" ] || die_usage "--no-commit goes with a CHECKOUT"
   args=(overlay --base "$overlay_base" --out "${out:-$repo/overlay}" --cache "$cache")
   if [ -n "$python" ]; then
+    require_python
     exec "$python" "$here/pregrad_wheel.py" "${args[@]}" --from-install
   fi
   exec python3 "$here/pregrad_wheel.py" "${args[@]}"
@@ -102,7 +116,7 @@ fi
 [ -z "$no_commit" ] || die_usage "--no-commit goes with a CHECKOUT"
 [ -n "$python" ] || die_usage "say what to patch: --python PY or a CHECKOUT"
 [ -z "$out" ] || die_usage "--out goes with --overlay"
-command -v "$python" >/dev/null 2>&1 || { echo "apply.sh: no such interpreter: $python" >&2; exit 1; }
+require_python
 if [ "$mode" = "status" ]; then
   [ -z "$check" ] || die_usage "--status writes nothing; drop --check"
   exec "$python" "$here/pregrad_wheel.py" status

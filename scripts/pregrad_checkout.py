@@ -180,24 +180,50 @@ def patch_id(text: str, checkout: Path) -> str:
     return out[0] if out else ""
 
 
+def patch_subject(patch: Path) -> str:
+    header = patch.read_text().split("\n\n", 1)[0]
+    match = re.search(r"^Subject: (?:\[PATCH[^\]]*\] )?(.*(?:\n .*)*)", header, re.MULTILINE)
+    return match.group(1).replace("\n ", " ") if match else ""
+
+
 def find_series_commits(checkout: Path, series: Series) -> Dict[str, Optional[str]]:
-    """patch file name -> the commit in HEAD's history that applied it (same
-    patch-id), or None when there is none or a later commit reverted it."""
+    """patch file name -> the newest commit in HEAD's history that applied it,
+    or None when there is none or a later commit reverted it.
+
+    A commit applied the patch if it has the patch's patch-id, or, when a
+    3-way merge changed the context lines (and so the patch-id), if it has the
+    patch's subject and Origin trailer, which `git am` and cherry-picks keep.
+    A later commit reverted it if its message says "This reverts commit
+    <sha>" or its diff has the reverse patch-id."""
     history = git(checkout, "log", "-p", "--no-color", "--no-merges",
                   f"-n{HISTORY_DEPTH}", "HEAD", "--", *series.touched).stdout
-    newest_first = [tuple(line.split()) for line in
-                    git(checkout, "patch-id", "--stable", input=history).stdout.splitlines()]
+    ids = dict(reversed([tuple(line.split()[::-1]) for line in  # commit -> patch-id
+                         git(checkout, "patch-id", "--stable", input=history).stdout.splitlines()]))
+    log = git(checkout, "log", "--no-merges", "--format=%H%x00%B%x01", f"-n{HISTORY_DEPTH}",
+              "HEAD", "--", *series.touched).stdout
+    messages = [entry.strip("\n").split("\0", 1) for entry in log.split("\x01")
+                if "\0" in entry]  # newest first: [commit, message]
     found: Dict[str, Optional[str]] = {}
     for patch in series.patches:
-        forward = patch_id(patch.read_text(), checkout)
-        commits = [commit for pid, commit in newest_first if pid == forward]
-        if not commits:
+        text = patch.read_text()
+        forward = patch_id(text, checkout)
+        subject = patch_subject(patch)
+        origin = re.search(r"^Origin: .*$", text, re.MULTILINE)
+        candidates = [commit for commit, message in messages
+                      if ids.get(commit) == forward
+                      or (message.split("\n", 1)[0] == subject
+                          and origin is not None and origin.group(0) in message)]
+        if not candidates:
             found[patch.name] = None
             continue
-        reverse = patch_id(git(checkout, "diff", commits[0], f"{commits[0]}^",
+        applied = candidates[0]
+        reverse = patch_id(git(checkout, "diff", applied, f"{applied}^",
                                "--", *series.touched).stdout, checkout)
-        latest = next(pid for pid, _ in newest_first if pid in (forward, reverse))
-        found[patch.name] = commits[0] if latest == forward else None
+        newer = [(commit, message) for commit, message in
+                 messages[: [c for c, _ in messages].index(applied)]]
+        reverted = any(f"This reverts commit {applied}" in message or ids.get(commit) == reverse
+                       for commit, message in newer)
+        found[patch.name] = None if reverted else applied
     return found
 
 
@@ -209,6 +235,19 @@ def feature_at_head(checkout: Path) -> bool:
 def snapshot_refs(checkout: Path) -> tuple[str, str]:
     return (git(checkout, "rev-parse", "HEAD").stdout.strip(),
             git(checkout, "status", "--porcelain", "--untracked-files=no").stdout)
+
+
+def orig_head(checkout: Path) -> str:
+    return git(checkout, "rev-parse", "-q", "--verify", "ORIG_HEAD", check=False).stdout.strip()
+
+
+def restore_orig_head(checkout: Path, before: str) -> None:
+    """git am, revert --abort and reset --hard rewrite ORIG_HEAD; a refused
+    run must leave it as the user had it."""
+    if before:
+        git(checkout, "update-ref", "--no-deref", "ORIG_HEAD", before, check=False)
+    else:
+        git(checkout, "update-ref", "-d", "ORIG_HEAD", check=False)
 
 
 def conflict_locations(checkout: Path) -> List[str]:
@@ -320,6 +359,7 @@ def check_apply(checkout: Path, base: Base, todo: List[Path]) -> int:
 
 def apply_as_commits(checkout: Path, todo: List[Path]) -> int:
     head_before, _ = snapshot_refs(checkout)
+    orig_before = orig_head(checkout)
     result = git(checkout, "am", "-3", "--quiet", *map(str, todo), check=False)
     if result.returncode != 0:
         failed = re.search(r"Patch failed at (\d+) (.*)", result.stdout + result.stderr)
@@ -327,6 +367,7 @@ def apply_as_commits(checkout: Path, todo: List[Path]) -> int:
         errors = [line for line in (result.stdout + result.stderr).splitlines()
                   if line.startswith("error:")]
         git(checkout, "am", "--abort", check=False)
+        restore_orig_head(checkout, orig_before)
         head_after, dirty = snapshot_refs(checkout)
         restored = head_after == head_before and not dirty.strip()
         which = todo[int(failed.group(1)) - 1].name if failed else "a patch"
@@ -347,8 +388,10 @@ def apply_staged(checkout: Path, todo: List[Path]) -> int:
         result = git(checkout, "apply", "--index", "--3way", str(patch), check=False)
         if result.returncode != 0:
             places = conflict_locations(checkout)
+            orig_before = orig_head(checkout)
             git(checkout, "reset", "-q", "--merge", "HEAD", check=False)
             git(checkout, "checkout", "-q", "HEAD", "--", ".", check=False)
+            restore_orig_head(checkout, orig_before)
             raise Refused(f"{patch.name} does not apply, even with a 3-way merge; "
                           "conflicts at:\n" + "\n".join(f"  {p}" for p in places)
                           + "\nthe index and work tree were reset to HEAD")
@@ -360,7 +403,11 @@ def apply_staged(checkout: Path, todo: List[Path]) -> int:
 def cmd_revert(checkout: Path, check: bool) -> int:
     require_checkout(checkout)
     require_quiet(checkout)
-    base = identify_base(checkout).series
+    try:
+        base = identify_base(checkout).series
+    except Refused:
+        print("nothing to revert: no commit of the series is in HEAD's history")
+        return 0
     applied = find_series_commits(checkout, base)
     commits = [(name, commit) for name, commit in applied.items() if commit]
     if not commits:
@@ -368,11 +415,9 @@ def cmd_revert(checkout: Path, check: bool) -> int:
         return 0
     head_before, _ = snapshot_refs(checkout)
     if check:
-        for name, commit in reversed(commits):
-            print(f"  would revert {commit[:12]}  {name}")
-        print("check: nothing was changed")
-        return 0
+        return check_revert(checkout, commits)
     require_identity(checkout)
+    orig_before = orig_head(checkout)
     for name, commit in reversed(commits):
         result = git(checkout, "revert", "--no-edit", commit, check=False)
         if result.returncode != 0:
@@ -382,6 +427,7 @@ def cmd_revert(checkout: Path, check: bool) -> int:
                         f"{commit}..{head_before}", "--", *files).stdout.rstrip()
             git(checkout, "revert", "--abort", check=False)
             git(checkout, "reset", "-q", "--hard", head_before)
+            restore_orig_head(checkout, orig_before)
             raise Refused(
                 f"cannot revert {name} ({commit[:12]}): later commits touched the same "
                 "lines; conflicts at:\n" + "\n".join(f"  {p}" for p in places)
@@ -391,6 +437,30 @@ def cmd_revert(checkout: Path, check: bool) -> int:
             )
         print(f"  reverted {commit[:12]}  {name}")
     print(f"reverted {len(commits)} commit(s) of the series")
+    return 0
+
+
+def check_revert(checkout: Path, commits: List[tuple]) -> int:
+    """Reverse-apply each commit into a throw-away index, newest first."""
+    with tempfile.TemporaryDirectory(prefix="pregrad-check-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git(checkout, "read-tree", "HEAD", env=env)
+        for name, commit in reversed(commits):
+            diff = git(checkout, "diff", "--full-index", f"{commit}^", commit).stdout
+            result = git(checkout, "apply", "--cached", "--3way", "-R", "-",
+                         check=False, env=env, input=diff)
+            if result.returncode != 0:
+                conflicted = [line[2:] for line in result.stderr.splitlines()
+                              if line.startswith("U ")]
+                later = git(checkout, "log", "--oneline", "--no-decorate",
+                            f"{commit}..HEAD", "--", *conflicted).stdout.rstrip()
+                raise Refused(
+                    f"{name} ({commit[:12]}) would not revert: later commits touched the "
+                    "same lines in " + ", ".join(conflicted or ["its files"])
+                    + ":\n" + "\n".join(f"  {line}" for line in later.splitlines())
+                    + "\ncheck: nothing was changed")
+            print(f"  would revert {commit[:12]}  {name}")
+    print(f"check: {len(commits)} commit(s) would revert; HEAD, index and work tree untouched")
     return 0
 
 

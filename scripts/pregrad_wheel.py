@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -23,7 +25,7 @@ import tempfile
 import zipfile
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
@@ -280,6 +282,14 @@ def drop_state(install: Install) -> None:
     shutil.rmtree(install.state_dir)
 
 
+def remove_partial_writes(install: Install, paths: List[str]) -> None:
+    """Temporary files that a killed atomic_write left beside its target."""
+    for rel in paths:
+        tmp = install.path(rel).with_name(f".{install.path(rel).name}.pregrad-tmp")
+        if tmp.exists():
+            tmp.unlink()
+
+
 def recover(status: Status, check: bool) -> int:
     assert status.series is not None and status.manifest is not None
     if check:
@@ -287,9 +297,11 @@ def recover(status: Status, check: bool) -> int:
               "and restore the wheel's files")
         return 0
     restored = restore_pristine(status.install, status.manifest)
+    remove_partial_writes(status.install, sorted(status.manifest["pristine"]))
     drop_state(status.install)
-    print(f"rolled back an interrupted {status.manifest.get('state')} run: "
-          f"restored {len(restored)} file(s) to the wheel's bytes")
+    what = ("finished an interrupted revert" if status.manifest.get("state") == "reverting"
+            else f"rolled back an interrupted {status.manifest.get('state')} run")
+    print(f"{what}: restored {len(restored)} file(s) to the wheel's bytes")
     return 0
 
 
@@ -301,7 +313,8 @@ def cmd_status(install: Install) -> int:
     messages = {
         "pristine": "pristine: every file the series touches matches torch's RECORD",
         "patched": "patched: the series is applied (revert with --revert)",
-        "modified": "modified: files differ from both the wheel and the series",
+        "modified": "modified: files differ from both the wheel and the series"
+        + OVERLAY_HINT,
         "outdated": "outdated: an earlier version of the series is applied; "
         "apply replaces it, --revert removes it",
         "interrupted": "interrupted: an earlier run stopped part-way; "
@@ -322,14 +335,23 @@ def refuse_unless_applicable(status: Status) -> None:
             f"(supported: {', '.join(supported_bases())}); nothing was changed"
         )
     if status.state == "modified":
-        bad = [line.split()[-1] for line in status.lines if "pristine" not in line]
+        what = ("the series is applied, but these files changed since"
+                if status.manifest is not None else "these files differ from torch's RECORD")
         raise Refused(
-            "these files differ from torch's RECORD, so the series was not applied "
-            "and nothing was changed:\n"
-            + "\n".join(f"  {status.install.site / rel}" for rel in bad)
+            f"{what}, so nothing was changed:\n"
+            + "\n".join(f"  {status.install.site / rel}" for rel in modified_files(status))
             + f"\nreinstall torch ({sys.executable} -m pip install --force-reinstall "
             f"--no-deps torch=={status.install.version}) or undo the local edits"
+            + OVERLAY_HINT
         )
+
+
+OVERLAY_HINT = ("\n(a copied overlay also shows as modified: it keeps no backups; "
+                "check it with sha256sum -c overlay/SHA256SUMS)")
+
+
+def modified_files(status: Status) -> List[str]:
+    return [line.split()[-1] for line in status.lines if line.split()[0] == "modified"]
 
 
 def cmd_apply(install: Install, check: bool) -> int:
@@ -431,15 +453,26 @@ def cmd_revert(install: Install, check: bool) -> int:
     if status.state == "interrupted":
         return recover(status, check)
     if status.state in ("pristine", "has-feature", "unsupported"):
-        if status.manifest is not None and not check:
+        if status.manifest is not None and status.state == "pristine" and not check:
             drop_state(install)  # stale state from an install that was replaced
+        elif status.manifest is not None:
+            print(f"note: {install.state_dir} holds backups of an earlier apply to a "
+                  f"different torch; left alone")
         print(f"nothing to revert: {status.state}")
         return 0
     if status.state == "modified":
-        changed = [line.split()[-1] for line in status.lines if "patched" not in line]
+        if status.manifest is None:
+            raise Refused(
+                "nothing to revert: the series was not applied by this script (no "
+                f"backups in {install.state_dir}), and these files differ from torch's "
+                "RECORD:\n" + "\n".join(f"  {install.site / rel}" for rel in modified_files(status))
+                + f"\nreinstall torch ({sys.executable} -m pip install --force-reinstall "
+                f"--no-deps torch=={install.version}) to get the wheel's files back"
+                + OVERLAY_HINT
+            )
         raise Refused(
             "these files changed after the series was applied, so nothing was "
-            "reverted:\n" + "\n".join(f"  {install.site / rel}" for rel in changed)
+            "reverted:\n" + "\n".join(f"  {install.site / rel}" for rel in modified_files(status))
             + f"\nreinstall torch ({sys.executable} -m pip install --force-reinstall "
             f"--no-deps torch=={install.version}) to get the wheel's files back"
         )
@@ -485,7 +518,7 @@ def pristine_from_wheel(series: Series, cache: Path) -> Dict[str, bytes]:
     candidates = sorted(wheels.glob(f"torch-{series.version}-*.whl"))
     if not candidates:
         print(f"downloading the torch {series.version} wheel into {wheels} "
-              "(about 1 GB; pip shows progress) ...", file=sys.stderr, flush=True)
+              "(about 530 MB; pip shows progress) ...", file=sys.stderr, flush=True)
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
              "--python-version", f"{sys.version_info.major}.{sys.version_info.minor}",
@@ -523,6 +556,7 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path) -> int:
             raise Refused(f"{rel} from the {source} differs from {series.directory}/pristine.tsv")
     patched = apply_series(pristine, series)
     out.mkdir(parents=True, exist_ok=True)
+    previous = previous_overlay_files(out)
     staging = Path(tempfile.mkdtemp(prefix=".overlay-", dir=out))
     try:
         for rel, data in patched.items():
@@ -537,12 +571,15 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path) -> int:
         stamp += ["patched (also in SHA256SUMS):"]
         stamp += [f"  {sha256_hex(patched[rel])}  {rel}" for rel in series.touched]
         (staging / "STAMP").write_text("\n".join(stamp) + "\n")
-        for top in ["torch", "SHA256SUMS", "STAMP"]:
-            if (out / top).is_dir():
-                shutil.rmtree(out / top)
-            elif (out / top).exists():
-                (out / top).unlink()
-            os.replace(staging / top, out / top)
+        for rel in previous:
+            (out / rel).unlink()
+        for directory in sorted({(out / rel).parent for rel in previous}, reverse=True):
+            while directory != out and directory.is_dir() and not any(directory.iterdir()):
+                directory.rmdir()
+                directory = directory.parent
+        for rel in [*series.touched, "SHA256SUMS", "STAMP"]:
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging / rel, out / rel)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     for rel in series.touched:
@@ -562,12 +599,47 @@ def pristine_table(series: Series) -> Dict[str, tuple]:
     return result
 
 
+def previous_overlay_files(out: Path) -> List[str]:
+    """The files of an overlay generated here before, which may be replaced.
+    Anything else in `out` (an installed torch, say) makes us refuse."""
+    sums = out / "SHA256SUMS"
+    listed = [line.split("  ", 1)[1] for line in sums.read_text().splitlines()
+              if "  " in line] if sums.is_file() and (out / "STAMP").is_file() else []
+    ours = set(listed) | ({"SHA256SUMS", "STAMP"} if listed else set()) | {"README.md"}
+    foreign = [str(path.relative_to(out)) for path in sorted(out.rglob("*"))
+               if path.is_file() and str(path.relative_to(out)) not in ours
+               and not path.relative_to(out).parts[0].startswith(".overlay-")]
+    if foreign:
+        raise Refused(
+            f"{out} holds files that this script did not generate (e.g. {foreign[0]}, "
+            f"{len(foreign)} in all); nothing was written. Name an empty or new "
+            "directory, or one holding an earlier overlay"
+        )
+    return [rel for rel in listed if (out / rel).is_file()]
+
+
 def expected_pristine(series: Series) -> Dict[str, str]:
     return {path: row[1] for path, row in pristine_table(series).items()}
 
 
 def expected_pristine_blobs(series: Series) -> Dict[str, str]:
     return {path: row[0] for path, row in pristine_table(series).items()}
+
+
+@contextlib.contextmanager
+def locked(install: Install) -> Iterator[None]:
+    """One apply or revert at a time per install: an flock on site-packages."""
+    handle = os.open(install.site, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another apply.sh run on {install.site} ...",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -585,9 +657,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         install = find_install()
         if args.command == "status":
             return cmd_status(install)
-        if args.command == "apply":
-            return cmd_apply(install, args.check)
-        return cmd_revert(install, args.check)
+        with locked(install):
+            if args.command == "apply":
+                return cmd_apply(install, args.check)
+            return cmd_revert(install, args.check)
     except Refused as problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1
@@ -596,8 +669,11 @@ def main(argv: Optional[List[str]] = None) -> int:
               "--status tells where the install stands", file=sys.stderr)
         return 130
     except PermissionError as problem:
-        print(f"error: {problem}; nothing was changed (run as the owner of the "
-              "install, or with a venv you can write)", file=sys.stderr)
+        after = ("any file already written was restored" if args.command == "apply"
+                 else "the revert stopped part-way; rerun --revert once it can write "
+                 "(--status shows where the install stands)")
+        print(f"error: {problem}; {after}. Run as the owner of the install.",
+              file=sys.stderr)
         return 1
 
 

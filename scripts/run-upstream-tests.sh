@@ -22,7 +22,7 @@
 #
 # The full list takes a long time (upstream's cache tests compile hundreds of
 # graphs); narrow it with -k while iterating.
-# Exit codes: 0 no regressions (or no listed file found); 1 regressions or a
+# Exit codes: 0 no regressions; 1 regressions, no listed file found, or a
 # step failed; 2 usage error.
 set -euo pipefail
 
@@ -57,8 +57,8 @@ while IFS= read -r line; do
 done < "$list"
 for entry in "${missing[@]}"; do echo "not in this checkout, skipped: test/$entry" >&2; done
 if [ ${#found[@]} -eq 0 ]; then
-  echo "no listed test file exists under $checkout/test: nothing to compare"
-  exit 0
+  echo "run-upstream-tests.sh: no listed test file exists under $checkout/test (a checkout at the wrong tag?): nothing was compared" >&2
+  exit 1
 fi
 
 state_of() { "$here/apply.sh" --python "$python" --status | tail -n 1 | cut -d: -f1; }

@@ -61,6 +61,7 @@ class Checkout:
         }
         return {
             "head": self.git("rev-parse", "HEAD").strip(),
+            "orig_head": self.git("rev-parse", "-q", "--verify", "ORIG_HEAD", check=False),
             "refs": self.git("for-each-ref", "--format=%(refname) %(objectname)"),
             "index": self.git("ls-files", "--stage"),
             "tree": tree,

@@ -162,6 +162,40 @@ already applied: all 6 patches are in HEAD's history; nothing to do
         self.assertIn(b'pre_grad_pass_timing: Literal["early", "late", "default"] = "default"',
                       merged)
 
+    def test_series_merged_over_changed_context_is_still_recognised(self) -> None:
+        """A fork edit 3 lines above a hunk: the 3-way merge changes the commit's
+        context and so its patch-id; status, a second apply and revert still
+        find the commit (by subject and Origin trailer)."""
+        checkout = self.checkout()
+        config = checkout.read("torch/_inductor/config.py").replace(
+            b"# Registers a custom pregrad pass. Note",
+            b"# Registers a custom pregrad pass (fork: see our docs). Note",
+        )
+        checkout.commit_file("torch/_inductor/config.py", config, "fork: doc pointer")
+        before = {rel: checkout.read(rel) for rel in TOUCHED}
+        self.assertEqual(checkout.run()[0], 0)
+        count = len(SERIES.patches)
+        self.assertIn(f"series: {count} of {count} patches applied", checkout.run("--status")[1])
+        self.assertIn("already applied", checkout.run()[1])
+        code, output = checkout.run("--revert")
+        self.assertEqual(code, 0, output)
+        self.assertIn(f"reverted {count} commit(s) of the series", output)
+        self.assertEqual({rel: checkout.read(rel) for rel in TOUCHED}, before)
+
+    def test_revert_check_predicts_a_conflict_and_changes_nothing(self) -> None:
+        checkout = self.checkout()
+        self.assertEqual(checkout.run()[0], 0)
+        config = checkout.read("torch/_inductor/config.py").replace(
+            b'pre_grad_pass_timing: Literal["early", "late", "default"] = "default"',
+            b'pre_grad_pass_timing: Literal["early", "late", "default"] = "early"',
+        )
+        checkout.commit_file("torch/_inductor/config.py", config, "fork: default to early")
+        output = self.assertRefusedUnchanged(checkout, "--revert", "--check")
+        self.assertIn("0003-inductor-add-pre_grad_pass_timing-early-late-default.patch", output)
+        self.assertIn("would not revert: later commits touched the same lines in "
+                      "torch/_inductor/config.py", output)
+        self.assertIn("fork: default to early", output)
+
     def test_revert_reverts_exactly_the_series(self) -> None:
         checkout = self.checkout()
         self.assertEqual(checkout.run()[0], 0)

@@ -187,9 +187,10 @@ nothing to revert: pristine
         self.assertEqual(code, 1)
         self.assertExpectedInline(output, """\
 torch 2.11.0 in <site> (base v2.11.0, 6 patches)
-error: these files differ from torch's RECORD, so the series was not applied and nothing was changed:
+error: these files differ from torch's RECORD, so nothing was changed:
   <site>/torch/_inductor/config.py
 reinstall torch (<python> -m pip install --force-reinstall --no-deps torch==2.11.0) or undo the local edits
+(a copied overlay also shows as modified: it keeps no backups; check it with sha256sum -c overlay/SHA256SUMS)
 """)
         self.assertEqual(install.snapshot(), before)
 
@@ -286,6 +287,17 @@ error: torch 2.10.0 is not a supported base (supported: v2.11.0); nothing was ch
         self.assertTrue(stamp.startswith("base: v2.11.0\n"), stamp)
         for patch in (REPO / "patches" / "v2.11.0").glob("*.patch"):
             self.assertIn(hashlib.sha256(patch.read_bytes()).hexdigest(), stamp)
+
+    def test_overlay_refuses_a_directory_it_did_not_fill(self) -> None:
+        """--out pointed at site-packages (or anything with other files) must not
+        delete what is there."""
+        install = self.install()
+        before = install.snapshot()
+        code, output = install.run("--overlay", "v2.11.0", "--out", str(install.site))
+        self.assertEqual(code, 1)
+        self.assertIn("holds files that this script did not generate", output)
+        self.assertIn("nothing was written", output)
+        self.assertEqual(install.snapshot(), before)
 
     def test_usage_errors_exit_2(self) -> None:
         install = self.install()

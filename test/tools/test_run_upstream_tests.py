@@ -94,11 +94,15 @@ ran on stock only: 0
         self.assertEqual(code, 1)
         self.assertEqual(self.install.snapshot(), before)
 
-    def test_no_listed_file_means_nothing_to_compare(self) -> None:
+    def test_no_listed_file_fails_rather_than_passing_silently(self) -> None:
         self.list.write_text("inductor/test_absent.py\n")
-        code, output = self.run_runner()
-        self.assertEqual(code, 0)
-        self.assertIn("no listed test file exists", output)
+        result = subprocess.run(
+            [str(RUNNER), str(self.checkout.path), "--python", str(self.install.python),
+             "--tests", str(self.list)],
+            capture_output=True, text=True,
+        )
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("no listed test file exists", result.stderr)
 
 
 if __name__ == "__main__":

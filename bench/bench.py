@@ -2,6 +2,7 @@
 
 Usage: PY bench/bench.py --stock PY --patched PY --upstream PY [--repeats N]
                          [--quick] [--out DIR]
+       PY bench/bench.py --report DIR    (tables and plots again from DIR/results.json)
 
 For every configuration (workload, size, mode, custom pass) and every
 repeat, each build in turn (the order rotates every repeat: ABC, BCA, CAB)
@@ -178,11 +179,19 @@ def machine() -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for build in BUILDS:
-        parser.add_argument(f"--{build}", required=True, help=f"python of the {build} torch")
+        parser.add_argument(f"--{build}", help=f"python of the {build} torch")
+    parser.add_argument("--report", type=Path, metavar="DIR",
+                        help="only write results.md and the plots from DIR/results.json")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="three small configurations")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     args = parser.parse_args()
+    if args.report:
+        saved = json.loads((args.report / "results.json").read_text())
+        return report(saved, saved["runs"], args.report)
+    missing = [f"--{build}" for build in BUILDS if not getattr(args, build)]
+    if missing:
+        parser.error("the following arguments are required: " + ", ".join(missing))
     configs = QUICK if args.quick else FULL
     pythons = {build: getattr(args, build) for build in BUILDS}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -208,15 +217,23 @@ def main() -> int:
     info = {"machine": machine(), "repeats": args.repeats,
             "torch": {b: next(r["torch"] for r in runs if r["build"] == b) for b in BUILDS}}
     (args.out / "results.json").write_text(json.dumps({**info, "runs": runs}, indent=1))
+    return report(info, runs, args.out)
+
+
+def report(info: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> int:
+    configs: list[tuple[str, int, str, str]] = []
+    for run in runs:
+        if tuple(run["config"]) not in configs:
+            configs.append(tuple(run["config"]))
     table = summarize(runs, configs)
     header = (f"Machine: {info['machine']['cpu']}, {info['machine']['cores']} cores; "
-              f"{info['machine']['date']}; repeats: {args.repeats}; builds: "
+              f"{info['machine']['date']}; repeats: {info['repeats']}; builds: "
               + ", ".join(f"{b} = torch {v}" for b, v in info["torch"].items()) + "\n\n")
-    (args.out / "results.md").write_text(header + table)
-    images = plot(runs, configs, args.out)
+    (out / "results.md").write_text(header + table)
+    images = plot(runs, configs, out)
     print(header + table)
     for image in images:
-        print(f"plot: {args.out / image}")
+        print(f"plot: {out / image}")
     return 0
 
 

@@ -182,7 +182,8 @@ already applied: all 6 patches are in HEAD's history; nothing to do
         self.assertIn(f"reverted {count} commit(s) of the series", output)
         self.assertEqual({rel: checkout.read(rel) for rel in TOUCHED}, before)
 
-    def test_revert_check_predicts_a_conflict_and_changes_nothing(self) -> None:
+    def patched_then_changed_on_top(self) -> Checkout:
+        """The series applied, then a fork commit that edits a line of patch 0003."""
         checkout = self.checkout()
         self.assertEqual(checkout.run()[0], 0)
         config = checkout.read("torch/_inductor/config.py").replace(
@@ -190,6 +191,10 @@ already applied: all 6 patches are in HEAD's history; nothing to do
             b'pre_grad_pass_timing: Literal["early", "late", "default"] = "early"',
         )
         checkout.commit_file("torch/_inductor/config.py", config, "fork: default to early")
+        return checkout
+
+    def test_revert_check_predicts_a_conflict_and_changes_nothing(self) -> None:
+        checkout = self.patched_then_changed_on_top()
         output = self.assertRefusedUnchanged(checkout, "--revert", "--check")
         self.assertIn("0003-inductor-add-pre_grad_pass_timing-early-late-default.patch", output)
         self.assertIn("would not revert: later commits touched the same lines in "
@@ -212,13 +217,7 @@ already applied: all 6 patches are in HEAD's history; nothing to do
         self.assertIn(f"series: 0 of {len(SERIES.patches)} patches applied", checkout.run("--status")[1])
 
     def test_revert_refuses_when_later_commits_touched_the_same_lines(self) -> None:
-        checkout = self.checkout()
-        self.assertEqual(checkout.run()[0], 0)
-        config = checkout.read("torch/_inductor/config.py").replace(
-            b'pre_grad_pass_timing: Literal["early", "late", "default"] = "default"',
-            b'pre_grad_pass_timing: Literal["early", "late", "default"] = "early"',
-        )
-        checkout.commit_file("torch/_inductor/config.py", config, "fork: default to early")
+        checkout = self.patched_then_changed_on_top()
         output = self.assertRefusedUnchanged(checkout, "--revert")
         self.assertIn("cannot revert 0003-inductor-add-pre_grad_pass_timing", output)
         self.assertRegex(output, r"torch/_inductor/config\.py:\d+")

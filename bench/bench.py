@@ -185,6 +185,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="three small configurations")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.add_argument("--only", metavar="TEXT[,TEXT...]",
+                        help="run only the configurations whose label contains one TEXT")
     args = parser.parse_args()
     if args.report:
         saved = json.loads((args.report / "results.json").read_text())
@@ -192,7 +194,8 @@ def main() -> int:
     missing = [f"--{build}" for build in BUILDS if not getattr(args, build)]
     if missing:
         parser.error("the following arguments are required: " + ", ".join(missing))
-    configs = QUICK if args.quick else FULL
+    configs = [c for c in (QUICK if args.quick else FULL)
+               if not args.only or any(text in label(c) for text in args.only.split(","))]
     pythons = {build: getattr(args, build) for build in BUILDS}
     args.out.mkdir(parents=True, exist_ok=True)
     runs: list[dict[str, Any]] = []

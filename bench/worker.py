@@ -5,7 +5,7 @@ Usage: PY bench/worker.py WORKLOAD SIZE MODE CUSTOM   (TORCHINDUCTOR_CACHE_DIR s
 WORKLOAD: chain (a long chain of small elementwise ops), transformer (a stack
 of nn.TransformerEncoderLayer), convbn (conv + batch-norm + relu blocks, eval)
 SIZE: chain links, encoder layers or conv blocks
-MODE: infer | train (forward + backward)
+MODE: infer (under torch.no_grad) | train (forward + backward)
 CUSTOM: none | uuid | nouuid | fakeprop (a pass that runs fake-tensor
 propagation over the graph to learn shapes and dtypes, then rewrites it, as
 quantization and fusion passes do; it has a uuid)
@@ -19,6 +19,7 @@ wheels) is run before the clock starts, so cold and warm compare compiles.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -139,7 +140,12 @@ def main(workload: str, size: int, mode: str, custom: str) -> None:
         finally:
             pre_grad["seconds"] += time.perf_counter() - start
 
+    # Inference runs under no_grad, as real inference does: a module whose
+    # parameters require grad, called with grad on and never backwarded, is
+    # compiled as a training graph whose AOTAutograd entry is only saved once
+    # the backward compiles, so it would never hit.
     with (
+        torch.no_grad() if mode == "infer" else contextlib.nullcontext(),
         functorch_config.patch(enable_autograd_cache=True),
         inductor_config.patch({"fx_graph_cache": True, "pre_grad_custom_pass": CUSTOM[custom]()}),
         unittest.mock.patch.object(compile_fx, "run_pre_grad_passes", timed),

@@ -231,7 +231,8 @@ def report(info: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> int:
     table = summarize(runs, configs)
     header = (f"Machine: {info['machine']['cpu']}, {info['machine']['cores']} cores; "
               f"{info['machine']['date']}; repeats: {info['repeats']}; builds: "
-              + ", ".join(f"{b} = torch {v}" for b, v in info["torch"].items()) + "\n\n")
+              + ", ".join(f"{b} = torch {v}" for b, v in info["torch"].items())
+              + (f"; {info['note']}" if info.get("note") else "") + "\n\n")
     (out / "results.md").write_text(header + table)
     images = plot(runs, configs, out)
     print(header + table)

@@ -270,12 +270,15 @@ def restore_pristine(install: Install, manifest: dict) -> List[str]:
         if record_digest(data) != install.record[rel]:
             raise Refused(
                 f"the backup of {rel} in {backups} does not match torch's RECORD; "
-                f"reinstall torch ({sys.executable} -m pip install --force-reinstall "
-                f"--no-deps torch=={install.version})"
+                f"reinstall torch ({reinstall_command(install)})"
             )
         atomic_write(target, data, manifest["modes"].get(rel, 0o644))
         restored.append(rel)
     return restored
+
+
+def reinstall_command(install: Install) -> str:
+    return f"{sys.executable} -m pip install --force-reinstall --no-deps torch=={install.version}"
 
 
 def drop_state(install: Install) -> None:
@@ -340,8 +343,8 @@ def refuse_unless_applicable(status: Status) -> None:
         raise Refused(
             f"{what}, so nothing was changed:\n"
             + "\n".join(f"  {status.install.site / rel}" for rel in modified_files(status))
-            + f"\nreinstall torch ({sys.executable} -m pip install --force-reinstall "
-            f"--no-deps torch=={status.install.version}) or undo the local edits"
+            + f"\nreinstall torch ({reinstall_command(status.install)}"
+            f") or undo the local edits"
             + OVERLAY_HINT
         )
 
@@ -466,15 +469,15 @@ def cmd_revert(install: Install, check: bool) -> int:
                 "nothing to revert: the series was not applied by this script (no "
                 f"backups in {install.state_dir}), and these files differ from torch's "
                 "RECORD:\n" + "\n".join(f"  {install.site / rel}" for rel in modified_files(status))
-                + f"\nreinstall torch ({sys.executable} -m pip install --force-reinstall "
-                f"--no-deps torch=={install.version}) to get the wheel's files back"
+                + f"\nreinstall torch ({reinstall_command(install)}"
+                f") to get the wheel's files back"
                 + OVERLAY_HINT
             )
         raise Refused(
             "these files changed after the series was applied, so nothing was "
             "reverted:\n" + "\n".join(f"  {install.site / rel}" for rel in modified_files(status))
-            + f"\nreinstall torch ({sys.executable} -m pip install --force-reinstall "
-            f"--no-deps torch=={install.version}) to get the wheel's files back"
+            + f"\nreinstall torch ({reinstall_command(install)}"
+            f") to get the wheel's files back"
         )
     assert status.series is not None and status.manifest is not None
     if check:

@@ -21,6 +21,7 @@ from checkout_repo import Checkout, make_checkout, site_of
 from fake_install import REPO, source_python, TOUCHED
 
 sys.path.insert(0, str(REPO / "scripts"))
+import pregrad_checkout  # noqa: E402
 import pregrad_wheel  # noqa: E402
 
 SERIES = pregrad_wheel.load_series("v2.11.0")
@@ -37,13 +38,7 @@ def patched_files() -> dict[str, bytes]:
 
 
 def subjects() -> list[str]:
-    result = []
-    for patch in SERIES.patches:
-        header = patch.read_text().split("\n\n", 1)[0]
-        subject = re.search(r"^Subject: \[PATCH\] (.*(?:\n .*)*)", header, re.MULTILINE)
-        assert subject is not None
-        result.append(subject.group(1).replace("\n ", " "))
-    return result
+    return [pregrad_checkout.patch_subject(patch) for patch in SERIES.patches]
 
 
 def hunk_lines(rel: str) -> set[int]:

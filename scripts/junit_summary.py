@@ -1,12 +1,18 @@
 """Count the outcomes in a pytest --junitxml report.
 
 Usage: python3 scripts/junit_summary.py REPORT.xml [--expect-all-failed]
+       python3 scripts/junit_summary.py REPORT.xml --expect-stock VERSION
        python3 scripts/junit_summary.py --compare STOCK.xml PATCHED.xml
 
 Prints "N passed, N failed, N skipped" (errors count as failed). With
 --expect-all-failed it exits 1 unless at least one test ran and none passed
 or was skipped: the torch-behaviour tests must each fail on a torch that lacks
 the feature, or they test nothing.
+
+With --expect-stock VERSION each test must have the outcome that
+test/dynamo/stock_expectations.py gives for stock torch VERSION: a test that
+passes where the defect it checks is present, or fails where it is not, is
+listed and the exit status is 1. It prints "N passed, N failed, N expected-fail".
 
 --compare prints a table of the tests that pass on stock torch but fail on
 patched torch (regressions; exit 1 if any) and of those fixed the other way.
@@ -16,6 +22,9 @@ from __future__ import annotations
 
 import sys
 import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "test" / "dynamo"))
 
 
 def outcomes(report: str) -> tuple[int, int, int, list[str]]:
@@ -43,6 +52,28 @@ def by_test(report: str) -> dict[str, str]:
     return result
 
 
+def check_stock(report: str, version: str) -> int:
+    from stock_expectations import expected_outcome
+
+    passed = failed = expected_fail = 0
+    wrong: list[str] = []
+    for test, outcome in by_test(report).items():
+        module = test.split("::", 1)[0].rsplit(".", 2)[-2] + ".py"
+        name = test.split("::", 1)[1]
+        expected = expected_outcome(version, module, name)
+        if outcome == "failed" and expected in ("fail", "any"):
+            expected_fail += 1
+        elif outcome == "passed" and expected in ("pass", "any"):
+            passed += 1
+        else:
+            failed += 1
+            wrong.append(f"  {outcome} on stock {version}, expected {expected}: {test}")
+    print(f"{passed} passed, {failed} failed, {expected_fail} expected-fail")
+    for line in wrong:
+        print(line, file=sys.stderr)
+    return 1 if wrong or not (passed or expected_fail) else 0
+
+
 def compare(stock_report: str, patched_report: str) -> int:
     stock, patched = by_test(stock_report), by_test(patched_report)
     regressions = sorted(t for t in stock if stock[t] == "passed" and patched.get(t) == "failed")
@@ -64,6 +95,8 @@ def compare(stock_report: str, patched_report: str) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--compare"] and len(argv) == 3:
         return compare(argv[1], argv[2])
+    if len(argv) == 3 and argv[1] == "--expect-stock":
+        return check_stock(argv[0], argv[2])
     if not argv or argv[0].startswith("-"):
         print(__doc__.strip(), file=sys.stderr)
         return 2

@@ -309,7 +309,7 @@ def cmd_apply(checkout: Path, check: bool, commit: bool) -> int:
     if len(done) == len(names):
         print(f"already applied: all {len(names)} patches are in HEAD's history; nothing to do")
         return 0
-    if not done and feature_at_head(checkout):
+    if not done and base.series.adds_feature and feature_at_head(checkout):
         print("torch._inductor.config.pre_grad_pass_timing already exists at HEAD: "
               "the checkout has the feature upstream; nothing to do")
         return 0

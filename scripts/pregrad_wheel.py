@@ -34,6 +34,7 @@ MANIFEST = "manifest.json"
 # Fault injection for the interruption tests: exit hard after writing N files.
 KILL_AFTER_ENV = "_PREGRAD_TEST_KILL_AFTER_FILES"
 FEATURE_RE = re.compile(r"^pre_grad_pass_timing\s*:", re.MULTILINE)
+FEATURE_ADDED_RE = re.compile(r"^\+pre_grad_pass_timing\s*:", re.MULTILINE)
 
 
 class Refused(Exception):
@@ -50,6 +51,12 @@ class Series:
     @property
     def version(self) -> str:
         return self.base[1:]
+
+    @property
+    def adds_feature(self) -> bool:
+        """Whether the series brings pre_grad_pass_timing itself (a base before
+        2.12) or only fixes a base that has it (2.12.0 and later)."""
+        return any(FEATURE_ADDED_RE.search(p.read_text()) for p in self.patches)
 
 
 def supported_bases() -> List[str]:
@@ -241,7 +248,7 @@ def inspect(install: Install) -> Status:
         kinds.add(kind)
         lines.append(f"  {kind:<9} {rel}")
     if kinds == {"pristine"}:
-        if has_feature(install.read(config_rel)):
+        if series.adds_feature and has_feature(install.read(config_rel)):
             return Status("has-feature", install, series, lines, manifest)
         return Status("pristine", install, series, lines, manifest)
     return Status("modified", install, series, lines, manifest)
@@ -323,7 +330,8 @@ def cmd_status(install: Install) -> int:
         "interrupted": "interrupted: an earlier run stopped part-way; "
         "--revert or the next apply rolls it back",
         "has-feature": "has the feature: torch._inductor.config.pre_grad_pass_timing "
-        "already exists; nothing to apply",
+        "already exists; nothing to apply"
+        + ("" if status.series else NO_FIXES_NOTE),
         "unsupported": "unsupported: no series for this version; supported bases: "
         + ", ".join(supported_bases()),
     }
@@ -349,6 +357,10 @@ def refuse_unless_applicable(status: Status) -> None:
         )
 
 
+NO_FIXES_NOTE = ("\nnote: this project's results fixes (see README, patch ledger) exist "
+                 "only for the supported bases: " + ", ".join(supported_bases()))
+
+
 OVERLAY_HINT = ("\n(a copied overlay also shows as modified: it keeps no backups; "
                 "check it with sha256sum -c overlay/SHA256SUMS)")
 
@@ -371,7 +383,8 @@ def cmd_apply(install: Install, check: bool) -> int:
         return 0
     if status.state == "has-feature":
         print("torch._inductor.config.pre_grad_pass_timing already exists in this "
-              "torch: it has the feature, nothing to do")
+              "torch: it has the feature, nothing to do"
+              + ("" if status.series else NO_FIXES_NOTE))
         return 0
     if status.state != "outdated":
         refuse_unless_applicable(status)
@@ -518,7 +531,7 @@ def pristine_from_install(series: Series) -> Dict[str, bytes]:
 def pristine_from_wheel(series: Series, cache: Path) -> Dict[str, bytes]:
     wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    candidates = sorted(wheels.glob(f"torch-{series.version}-*.whl"))
+    candidates = wheel_files(wheels, series.version)
     if not candidates:
         print(f"downloading the torch {series.version} wheel into {wheels} "
               "(about 530 MB; pip shows progress) ...", file=sys.stderr, flush=True)
@@ -528,11 +541,13 @@ def pristine_from_wheel(series: Series, cache: Path) -> Dict[str, bytes]:
              "-d", str(wheels), f"torch=={series.version}"],
             check=True,
         )
-        candidates = sorted(wheels.glob(f"torch-{series.version}-*.whl"))
+        candidates = wheel_files(wheels, series.version)
     if not candidates:
         raise Refused(f"pip did not produce a torch {series.version} wheel in {wheels}")
     with zipfile.ZipFile(candidates[0]) as wheel:
-        record_name = f"torch-{series.version}.dist-info/RECORD"
+        # A local build tag (2.13.0+cpu) names the dist-info directory too.
+        record_name = next(name for name in wheel.namelist()
+                           if re.fullmatch(r"torch-[^/]+\.dist-info/RECORD", name))
         record: Dict[str, str] = {}
         for line in wheel.read(record_name).decode().splitlines():
             path, digest, _size = line.rsplit(",", 2)
@@ -543,6 +558,12 @@ def pristine_from_wheel(series: Series, cache: Path) -> Dict[str, bytes]:
         if record_digest(data) != record.get(rel):
             raise Refused(f"{candidates[0]}: {rel} does not match the wheel's RECORD")
     return files
+
+
+def wheel_files(wheels: Path, version: str) -> List[Path]:
+    """Cached wheels of torch `version`, with or without a local build tag."""
+    return sorted([*wheels.glob(f"torch-{version}-*.whl"),
+                   *wheels.glob(f"torch-{version}+*.whl")])
 
 
 def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path) -> int:

@@ -1,78 +1,136 @@
 #!/usr/bin/env bash
-# Usage: scripts/test.sh [PYTEST_ARGS ...]
+# Usage: scripts/test.sh [--bases v2.11.0,v2.14.1] [-- PYTEST_ARGS ...]
 #        scripts/test.sh --help
 #
-# Runs every test, on a fresh machine too: makes sure the three torch venvs
-# exist under $PREGRAD_CACHE/venvs (scripts/venv.sh; the first run downloads
-# about 4.6 GB per venv), applies the series to the patched one, then:
-#   1. test/dynamo on stock torch 2.11.0: every test must FAIL (a test that
-#      passes without the feature tests nothing);
-#   2. test/dynamo on upstream torch 2.12.0: all must pass, unpatched;
-#   3. test/tools (apply.sh, the series) against small installs built from
-#      the stock 2.11.0 and 2.12.0 venvs;
-#   4. test/dynamo on patched torch 2.11.0: all must pass.
-# PYTEST_ARGS (e.g. -k decision) go to every pytest run; the stock run is
-# skipped when they select tests, since "all failed" means nothing then.
-# Takes about 5 minutes once the venvs exist.
-# Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport).
-# Exit codes: 0 all as required; 1 anything else; 2 usage error.
+# Runs every test, on a fresh machine too. For each base in patches/ (or those
+# named with --bases) it makes sure a venv with that stock torch exists under
+# $PREGRAD_CACHE/venvs (scripts/venv.sh; the first run downloads about 4.6 GB
+# per version), makes a hard-linked copy of it and applies the base's series
+# there (apply.sh writes each file by atomic rename, so the stock venv keeps
+# its bytes and the copy costs a few MB), then runs:
+#   - test/dynamo on the stock build: each test must pass or fail exactly as
+#     test/dynamo/stock_expectations.py says (the behaviour tests fail on every
+#     base without the feature; the result tests fail where upstream returns
+#     wrong numbers), so a test that cannot fail is caught;
+#   - test/dynamo on the patched build: every test must pass;
+#   - once, test/tools (apply.sh, check-patches, the series) against small
+#     installs built from the stock 2.11.0 and 2.12.0 venvs.
+# At the end it prints a table build x suite -> passed / failed /
+# expected-fail and a summary line. Full pytest output, expected failures
+# included, goes to log files under $PREGRAD_LOGS (default: test-logs/ in the
+# repository), not to the terminal.
+#
+# --bases LIST     comma-separated bases to test (default: every base with a
+#                  series); the tool suite runs whenever v2.11.0 and v2.12.0
+#                  venvs are part of the run
+# PYTEST_ARGS      (after --) go to every pytest run; the stock checks are
+#                  skipped then, since a selection says nothing about "fails
+#                  exactly where expected".
+# Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport),
+# PREGRAD_LOGS (default <repo>/test-logs).
+# Exit codes: 0 every cell as required; 1 anything else; 2 usage error.
 set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
-case "${1:-}" in -h|--help) usage; exit 0 ;; esac
-
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 cd "$repo"
-step() { printf '\n== %s\n' "$*" >&2; }
 
-step "venvs"
-stock="$("$here/venv.sh" 2.11.0 | tail -n 1)"
-upstream="$("$here/venv.sh" 2.12.0 | tail -n 1)"
-patched="$("$here/venv.sh" 2.11.0 torch-2.11.0-patched | tail -n 1)"
-"$here/apply.sh" --python "$patched"
+all_bases="$(for d in patches/v*/; do [ -f "$d/series" ] && basename "$d"; done | sort -V | paste -sd, -)"
+bases="$all_bases"
+pytest_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h|--help) usage; exit 0 ;;
+    --bases) [ $# -ge 2 ] || { echo "test.sh: --bases needs a list, e.g. v2.11.0" >&2; exit 2; }
+             bases="$2"; shift 2 ;;
+    --) shift; pytest_args=("$@"); break ;;
+    *) echo "test.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+IFS=, read -r -a selected <<<"$bases"
+for base in "${selected[@]}"; do
+  [ -f "patches/$base/series" ] || { echo "test.sh: no series for $base (have: $all_bases)" >&2; exit 2; }
+done
 
-export PREGRAD_STOCK_PYTHON="$stock" PREGRAD_UPSTREAM_PYTHON="$upstream"
-export PYTORCH_PRINT_REPRO_ON_FAILURE=0
-reports="$(mktemp -d)"
-trap 'rm -rf "$reports"' EXIT
-status=0
-summary=()
-total_passed=0 total_failed=0
+cache="${PREGRAD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pregrad-backport}"
+logs="${PREGRAD_LOGS:-$repo/test-logs}"
+rm -rf "$logs"
+mkdir -p "$logs"
+step() { printf '== %s\n' "$*" >&2; }
+started=$SECONDS
 
-run() {  # run LABEL EXPECT PYTHON PATH: pytest, then count outcomes
-  local label="$1" expect="$2" python="$3" path="$4" counts code=0
-  step "$label"
-  "$python" -m pytest "$path" --junitxml="$reports/$label.xml" "${@:5}" || code=$?
-  if [ ! -f "$reports/$label.xml" ]; then
-    summary+=("$label: pytest did not run (exit $code)"); status=1; total_failed=$((total_failed + 1)); return
+declare -A stock patched
+step "venvs (logs: $logs/venvs.log)"
+for base in "${selected[@]}"; do
+  version="${base#v}"
+  if ! stock[$base]="$("$here/venv.sh" "$version" 2>>"$logs/venvs.log" | tail -n 1)"; then
+    echo "test.sh: could not set up torch $version; see $logs/venvs.log" >&2; exit 1
   fi
-  if [ "$expect" = fail ]; then
-    if counts="$(python3 "$here/junit_summary.py" "$reports/$label.xml" --expect-all-failed)"; then
-      summary+=("$label: $counts -- every test fails without the feature, as required")
-      total_passed=$((total_passed + 1))
-    else
-      summary+=("$label: $counts -- FAILED: tests that pass without the feature are listed above")
-      status=1; total_failed=$((total_failed + 1))
-    fi
+  copy="$cache/venvs/torch-$version-patched"
+  rm -rf "$copy"
+  cp -al "$(dirname "$(dirname "${stock[$base]}")")" "$copy"
+  "$here/apply.sh" --python "$copy/bin/python" >>"$logs/venvs.log" 2>&1 \
+    || { echo "test.sh: applying $base failed; see $logs/venvs.log" >&2; exit 1; }
+  patched[$base]="$copy/bin/python"
+  echo "   $base: stock ${stock[$base]}, patched $copy" >&2
+done
+
+export PYTORCH_PRINT_REPRO_ON_FAILURE=0
+status=0 total_passed=0 total_failed=0 total_xfail=0
+rows=()
+
+run() {  # run LABEL PYTHON SUITE EXPECT(pass|VERSION) [PYTEST_ARGS]: pytest, then the verdict
+  local label="$1" python="$2" suite="$3" expect="$4" counts code=0 verdict
+  local log="$logs/$label.$(basename "$suite" .py).log" xml="$logs/$label.$(basename "$suite" .py).xml"
+  step "$label: $suite"
+  "$python" -m pytest "$suite" -q -p no:randomly --tb=short --junitxml="$xml" \
+    "${@:5}" "${pytest_args[@]}" >"$log" 2>&1 || code=$?
+  if [ ! -f "$xml" ]; then
+    rows+=("$label|$suite|pytest did not run (exit $code), see $log"); status=1
+    total_failed=$((total_failed + 1)); return
+  fi
+  if [ "$expect" = pass ]; then
+    counts="$(python3 "$here/junit_summary.py" "$xml")"
+    read -r p _ f _ <<<"$counts"
+    verdict="ok"
+    [ "$code" -eq 0 ] && [ "$f" -eq 0 ] || { verdict="FAILED, see $log"; status=1; }
+    total_passed=$((total_passed + p)); total_failed=$((total_failed + f))
+    rows+=("$label|$suite|$counts, 0 expected-fail|$verdict")
     return
   fi
-  counts="$(python3 "$here/junit_summary.py" "$reports/$label.xml")"
-  summary+=("$label: $counts")
-  read -r p _ f _ <<<"$counts"
-  total_passed=$((total_passed + p)); total_failed=$((total_failed + f))
-  [ "$code" -eq 0 ] || status=1
+  if counts="$(python3 "$here/junit_summary.py" "$xml" --expect-stock "$expect" 2>>"$log")"; then
+    verdict="ok (fails exactly where expected)"
+  else
+    verdict="FAILED: outcomes differ from stock_expectations.py, see the end of $log"; status=1
+  fi
+  read -r p _ f _ x _ <<<"$counts"
+  total_passed=$((total_passed + p)); total_failed=$((total_failed + f)); total_xfail=$((total_xfail + x))
+  rows+=("$label|$suite|$counts|$verdict")
 }
 
-if [ $# -eq 0 ]; then
-  run "stock-2.11.0-must-fail" fail "$stock" test/dynamo -q --tb=line
+for base in "${selected[@]}"; do
+  version="${base#v}"
+  for suite in test/dynamo/test_pre_grad_pass_timing.py test/dynamo/test_pre_grad_results.py; do
+    if [ ${#pytest_args[@]} -eq 0 ]; then
+      # The random-stack property proves nothing on stock (it may or may not
+      # draw a failing cell); the table cells are what stock is checked on.
+      run "stock-$version" "${stock[$base]}" "$suite" "$version" -k "not random_stacks"
+    fi
+    run "patched-$version" "${patched[$base]}" "$suite" pass
+  done
+done
+if [ -n "${stock[v2.11.0]:-}" ] && [ -n "${stock[v2.12.0]:-}" ]; then
+  export PREGRAD_STOCK_PYTHON="${stock[v2.11.0]}" PREGRAD_UPSTREAM_PYTHON="${stock[v2.12.0]}"
+  run "tools" "${patched[v2.11.0]}" test/tools pass
 fi
-run "upstream-2.12.0" pass "$upstream" test/dynamo -q "$@"
-run "tools" pass "$patched" test/tools -q "$@"
-run "patched-2.11.0" pass "$patched" test/dynamo -q "$@"
 
-step "summary"
-printf '  %s\n' "${summary[@]}"
-# The stock run counts as one passed check when every test failed there.
+printf '\n%-16s %-42s %-42s %s\n' build suite outcome verdict
+for row in "${rows[@]}"; do
+  IFS='|' read -r label suite counts verdict <<<"$row"
+  printf '%-16s %-42s %-42s %s\n' "$label" "$suite" "$counts" "$verdict"
+done
+echo "logs: $logs ($(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s)"
+echo "expected failures on stock builds: $total_xfail (each one a defect or missing feature the tests detect)"
 echo "summary: $total_passed passed, $total_failed failed"
 exit "$status"

@@ -86,7 +86,9 @@ class ApplyCheckoutTest(expecttest.TestCase):
   missing                 0004-inductor-make-the-CPU-inference-remove_identity-pass.patch
   missing                 0005-aot_autograd-run-early-pre-grad-passes-before-prepar.patch
   missing                 0006-inductor-warn-once-per-pass-class-when-default-timin.patch
-series: 0 of 6 patches applied (matched by patch-id)
+  missing                 0007-aot_autograd-prepare-again-when-late-pre-grad-passes.patch
+  missing                 0008-inductor-do-not-fold-a-BatchNorm-into-a-conv-module-.patch
+series: 0 of 8 patches applied (matched by patch-id)
 feature present at HEAD: no
 """)
 
@@ -105,7 +107,7 @@ feature present at HEAD: no
             origin = re.search(r"^Origin: .*$", patch.read_text(), re.MULTILINE)
             assert origin is not None
             self.assertIn(origin.group(0), body)
-            self.assertIn("Applied-Upstream: 2.12.0", body)
+            self.assertRegex(body, r"\nApplied-Upstream: (2\.12\.0|no)\n")
         for rel, data in patched_files().items():
             self.assertEqual(checkout.read(rel), data, rel)
         self.assertEqual(checkout.git("status", "--porcelain"), "")
@@ -117,8 +119,8 @@ feature present at HEAD: no
         code, output = checkout.run()
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-base v2.11.0: 6 of 6 patches of its series are in HEAD's history
-already applied: all 6 patches are in HEAD's history; nothing to do
+base v2.11.0: 8 of 8 patches of its series are in HEAD's history
+already applied: all 8 patches are in HEAD's history; nothing to do
 """)
         self.assertEqual(checkout.state(), before)
 
@@ -306,14 +308,19 @@ already applied: all 6 patches are in HEAD's history; nothing to do
                          r"\.patch would not apply, even with a 3-way merge; conflicting "
                          r"hunks at:\n  torch/_inductor/config\.py:\d+\n")
 
-    def test_checkout_with_the_feature_upstream_is_left_alone(self) -> None:
+    def test_checkout_of_a_release_with_the_feature_gets_the_results_fixes(self) -> None:
+        """A v2.12.0 tree is found by content and gets its own two-patch series."""
         upstream_site = site_of(source_python("PREGRAD_UPSTREAM_PYTHON"))
         checkout = make_checkout(self.tmp / "v2.12", upstream_site)
-        before = checkout.state()
         code, output = checkout.run()
         self.assertEqual(code, 0, output)
-        self.assertIn("has the feature upstream; nothing to do", output)
-        self.assertEqual(checkout.state(), before)
+        self.assertIn("base v2.12.0: all 2 files the series touches are identical to "
+                      "v2.12.0's", output)
+        subjects = checkout.git("log", "--format=%s", "-n2").splitlines()
+        self.assertEqual(subjects, [
+            "inductor: do not fold a BatchNorm into a conv module that has other uses",
+            "aot_autograd: prepare again when late pre-grad passes replace parameters",
+        ])
 
     def test_usage_errors_exit_2(self) -> None:
         checkout = self.checkout()

@@ -51,7 +51,7 @@ class ApplyWheelTest(expecttest.TestCase):
         code, output = install.run("--status")
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 6 patches)
+torch 2.11.0 in <site> (base v2.11.0, 8 patches)
   pristine  torch/_functorch/aot_autograd.py
   pristine  torch/_inductor/codecache.py
   pristine  torch/_inductor/compile_fx.py
@@ -66,7 +66,7 @@ pristine: every file the series touches matches torch's RECORD
         code, output = install.run("--check")
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 6 patches)
+torch 2.11.0 in <site> (base v2.11.0, 8 patches)
   would patch torch/_functorch/aot_autograd.py
   would patch torch/_inductor/codecache.py
   would patch torch/_inductor/compile_fx.py
@@ -82,13 +82,13 @@ check: the series applies cleanly; 5 file(s) would change, nothing was written
         code, output = install.run()
         self.assertEqual(code, 0, output)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 6 patches)
+torch 2.11.0 in <site> (base v2.11.0, 8 patches)
   patched torch/_functorch/aot_autograd.py
   patched torch/_inductor/codecache.py
   patched torch/_inductor/compile_fx.py
   patched torch/_inductor/config.py
   patched torch/_inductor/fx_passes/pre_grad.py
-applied 6 patches to 5 files; originals kept in <site>/.torch-pregrad-backport
+applied 8 patches to 5 files; originals kept in <site>/.torch-pregrad-backport
 """)
         patched = self.patched_bytes()
         for rel in TOUCHED:
@@ -100,7 +100,7 @@ applied 6 patches to 5 files; originals kept in <site>/.torch-pregrad-backport
         code, output = install.run("--status")
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 6 patches)
+torch 2.11.0 in <site> (base v2.11.0, 8 patches)
   patched   torch/_functorch/aot_autograd.py
   patched   torch/_inductor/codecache.py
   patched   torch/_inductor/compile_fx.py
@@ -136,7 +136,7 @@ patched: the series is applied (revert with --revert)
         code, output = install.run()
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 6 patches)
+torch 2.11.0 in <site> (base v2.11.0, 8 patches)
 already applied: nothing to do
 """)
         self.assertEqual(install.snapshot(), after_first)
@@ -148,7 +148,7 @@ already applied: nothing to do
         code, output = install.run("--revert")
         self.assertEqual(code, 0, output)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 6 patches)
+torch 2.11.0 in <site> (base v2.11.0, 8 patches)
   restored torch/_functorch/aot_autograd.py
   restored torch/_inductor/codecache.py
   restored torch/_inductor/compile_fx.py
@@ -173,7 +173,7 @@ reverted: 5 file(s) are byte-identical to torch's RECORD again
         code, output = install.run("--revert")
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 6 patches)
+torch 2.11.0 in <site> (base v2.11.0, 8 patches)
 nothing to revert: pristine
 """)
         self.assertEqual(install.snapshot(), before)
@@ -186,7 +186,7 @@ nothing to revert: pristine
         code, output = install.run()
         self.assertEqual(code, 1)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 6 patches)
+torch 2.11.0 in <site> (base v2.11.0, 8 patches)
 error: these files differ from torch's RECORD, so nothing was changed:
   <site>/torch/_inductor/config.py
 reinstall torch (<python> -m pip install --force-reinstall --no-deps torch==2.11.0) or undo the local edits
@@ -203,21 +203,39 @@ reinstall torch (<python> -m pip install --force-reinstall --no-deps torch==2.11
         code, output = install.run("--revert")
         self.assertEqual(code, 1)
         self.assertExpectedInline(output, """\
-torch 2.11.0 in <site> (base v2.11.0, 6 patches)
+torch 2.11.0 in <site> (base v2.11.0, 8 patches)
 error: these files changed after the series was applied, so nothing was reverted:
   <site>/torch/_inductor/codecache.py
 reinstall torch (<python> -m pip install --force-reinstall --no-deps torch==2.11.0) to get the wheel's files back
 """)
         self.assertEqual(install.snapshot(), before)
 
-    def test_torch_with_the_feature_is_left_alone(self) -> None:
+    def test_release_with_the_feature_gets_the_results_fixes(self) -> None:
+        """2.12.0 has pre_grad_pass_timing; its series carries only the two
+        results fixes, applied and reverted like any other base's."""
         install = self.install(UPSTREAM)
+        before = install.snapshot()
+        code, output = install.run()
+        self.assertEqual(code, 0, output)
+        self.assertExpectedInline(output, """\
+torch 2.12.0 in <site> (base v2.12.0, 2 patches)
+  patched torch/_functorch/aot_autograd.py
+  patched torch/_inductor/fx_passes/pre_grad.py
+applied 2 patches to 2 files; originals kept in <site>/.torch-pregrad-backport
+""")
+        code, output = install.run("--revert")
+        self.assertEqual(code, 0, output)
+        self.assertEqual(install.snapshot(), before)
+
+    def test_release_with_the_feature_but_no_series_is_left_alone(self) -> None:
+        install = self.install(UPSTREAM, version="2.12.1")
         before = install.snapshot()
         code, output = install.run()
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-torch 2.12.0 in <site>
+torch 2.12.1 in <site>
 torch._inductor.config.pre_grad_pass_timing already exists in this torch: it has the feature, nothing to do
+note: this project's results fixes (see README, patch ledger) exist only for the supported bases: v2.11.0, v2.12.0, v2.13.0, v2.14.1
 """)
         self.assertEqual(install.snapshot(), before)
 
@@ -238,7 +256,7 @@ torch._inductor.config.pre_grad_pass_timing already exists in this torch: it has
         self.assertEqual(code, 1)
         self.assertExpectedInline(output, """\
 torch 2.10.0 in <site>
-error: torch 2.10.0 is not a supported base (supported: v2.11.0); nothing was changed
+error: torch 2.10.0 is not a supported base (supported: v2.11.0, v2.12.0, v2.13.0, v2.14.1); nothing was changed
 """)
         self.assertEqual(install.snapshot(), before)
 

@@ -29,7 +29,7 @@ class CheckPatchesTest(expecttest.TestCase):
     def check(self) -> tuple[int, str]:
         result = subprocess.run(
             [str(CHECK), "--python", source_python("PREGRAD_STOCK_PYTHON"),
-             "--patches", str(self.patches)],
+             "--patches", str(self.patches), "v2.11.0"],
             capture_output=True, text=True,
         )
         return result.returncode, (result.stdout + result.stderr).replace(
@@ -52,8 +52,8 @@ check-patches: finished with 0 error(s)
         self.assertExpectedInline(output, """\
 v2.11.0: 4 problem(s)
   <patches>/v2.11.0/series:4: 0001-aot_autograd-run-pre-grad-passes-after-the-AOTAutogr.patch is listed 2 times
-  <patches>/v2.11.0/series:10: 0001-aot_autograd-run-pre-grad-passes-after-the-AOTAutogr.patch is listed 2 times
-  <patches>/v2.11.0/series:11: missing.patch does not exist
+  <patches>/v2.11.0/series:12: 0001-aot_autograd-run-pre-grad-passes-after-the-AOTAutogr.patch is listed 2 times
+  <patches>/v2.11.0/series:13: missing.patch does not exist
   <patches>/v2.11.0/0002-inductor-key-the-FX-graph-and-AOTAutograd-caches-on-.patch: not listed in <patches>/v2.11.0/series
 check-patches: finished with 4 error(s)
 """)

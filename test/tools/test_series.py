@@ -64,8 +64,12 @@ class SeriesTest(unittest.TestCase):
                     )
                     text = patch.read_text()
                     self.assertNotIn("\r", text)
+                    self.assertRegex(
+                        text,
+                        r"\nOrigin: (backport, https://github\.com/pytorch/pytorch/pull/"
+                        r"|fix, torch-pregrad-backport )",
+                    )
                     for field in (
-                        "Origin: backport, https://github.com/pytorch/pytorch/pull/",
                         "Applied-Upstream: ",
                         "Last-Update: ",
                         "Differs from upstream: ",

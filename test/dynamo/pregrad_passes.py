@@ -9,6 +9,7 @@ a custom pass is set.
 from __future__ import annotations
 
 import contextlib
+import copy
 import unittest.mock
 from collections.abc import Iterator
 from typing import Any
@@ -104,3 +105,21 @@ def cache_counts() -> dict[str, int]:
         "fx_hit": counters["inductor"]["fxgraph_cache_hit"],
         "fx_miss": counters["inductor"]["fxgraph_cache_miss"],
     }
+
+
+class DoubleLinearWeightsPass(CustomGraphPass):
+    """Replaces the submodule `linear` of the graph's module with a copy whose
+    weights are doubled: a pass that swaps parameters, as fuse_conv_bn does."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        self.calls += 1
+        module = graph.owning_module
+        doubled = copy.deepcopy(module.get_submodule("linear"))
+        doubled.weight.data.mul_(2)
+        module.linear = doubled
+
+    def uuid(self) -> Any:
+        return "double-linear-weights-v1"

@@ -33,6 +33,10 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
         return "pass" if has_feature else "fail"
     if test_file != "test_pre_grad_results.py":
         raise ValueError(f"no stock expectations for {test_file}")
+    if test_name == "test_late_custom_pass_that_swaps_a_submodule":
+        # Before 2.12 every pass runs early, so the swap is traced; from 2.12
+        # the late pass swaps the module after its weights were captured.
+        return "fail" if has_feature else "pass"
     cell = RESULTS_CELL.match(test_name)
     if cell is None:
         return "any"

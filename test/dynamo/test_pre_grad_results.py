@@ -26,8 +26,14 @@ from torch.testing._internal.common_utils import (
     parametrize,
 )
 
-from pregrad_passes import count_run_pre_grad_passes
-from result_models import make_stack_model, make_table_model, PIECES, TABLE_MODELS
+from pregrad_passes import count_run_pre_grad_passes, DoubleLinearWeightsPass
+from result_models import (
+    LinearIdentity,
+    make_stack_model,
+    make_table_model,
+    PIECES,
+    TABLE_MODELS,
+)
 
 ENTRY_POINTS = ["compile_fx", "torch_compile"]
 TIMINGS = ["unset", "default", "early", "late"]
@@ -91,6 +97,28 @@ class PreGradResultsTests(TestCase):
                 for start in ("cold", "warm"):
                     compiled = compile_with(entry, model, inputs)
                     self.assert_matches_eager(expected, inputs, compiled, f"{start} compile")
+
+    def test_late_custom_pass_that_swaps_a_submodule(self) -> None:
+        """A uuid pass (so it runs late) that replaces a submodule with one of
+        doubled weights: the compiled result is the rewritten module's, cold
+        and warm, and the warm start is not served a cached graph that binds
+        the old weights (the entry is not saved: its key describes the module
+        from before the pass)."""
+        torch.manual_seed(0)
+        model = LinearIdentity().eval()
+        x = torch.randn(2, 6)
+        with torch.no_grad():
+            doubled = LinearIdentity().eval()
+            doubled.load_state_dict(model.state_dict())
+            doubled.linear.weight.mul_(2)
+            expected = (doubled(x),)
+            swap = DoubleLinearWeightsPass()
+            with inductor_config.patch({"pre_grad_custom_pass": swap}):
+                for start in ("cold", "warm"):
+                    compiled = compile_with("compile_fx", model, (x,))
+                    self.assert_matches_eager(expected, (x,), compiled, f"{start} compile")
+        self.assertEqual(swap.calls, 2)
+        self.assertEqual(counters["aot_autograd"]["autograd_cache_hit"], 0)
 
     @given(
         pieces=st.lists(st.sampled_from(PIECES), min_size=1, max_size=5),

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from pregrad_series import apply_series
 from pregrad_wheel import (
     expected_pristine_blobs,
     has_feature,
@@ -155,7 +156,11 @@ def seed_preimage_blobs(checkout: Path, series: Series) -> None:
     files (pristine, after 0001, after 0002, ...). A 3-way fallback needs the
     pre-image blob named on each patch's `index` line; only the first patch to
     touch a file names a blob that the checkout's history has. Unreachable
-    blobs change no ref, index or file and go away with the next gc."""
+    blobs change no ref, index or file and go away with the next gc.
+
+    Each step is applied with the post-image check of `apply_series`, so a
+    patch that was edited or cut short is refused here, before any git step
+    that writes."""
     blobs = expected_pristine_blobs(series)
     pristine = {}
     for rel, blob in blobs.items():
@@ -164,15 +169,16 @@ def seed_preimage_blobs(checkout: Path, series: Series) -> None:
         if shown.returncode != 0:
             return  # no pristine blob, so no 3-way merge to help
         pristine[rel] = shown.stdout
+    versions = [pristine]
+    for count in range(1, len(series.patches)):
+        versions.append(apply_series(pristine, series, series.patches[:count]))
     with tempfile.TemporaryDirectory(prefix="pregrad-seed-") as tmp:
         work = Path(tmp)
-        for rel, data in pristine.items():
-            (work / rel).parent.mkdir(parents=True, exist_ok=True)
-            (work / rel).write_bytes(data)
-        for patch in series.patches[:-1]:
-            subprocess.run(["git", "apply", str(patch)], cwd=work, check=True,
-                           capture_output=True)
-            git(checkout, "hash-object", "-w", *(str(work / rel) for rel in pristine))
+        for number, files in enumerate(versions[1:]):
+            for rel, data in files.items():
+                (work / str(number) / rel).parent.mkdir(parents=True, exist_ok=True)
+                (work / str(number) / rel).write_bytes(data)
+                git(checkout, "hash-object", "-w", str(work / str(number) / rel))
 
 
 def patch_id(text: str, checkout: Path) -> str:

@@ -27,77 +27,22 @@ from importlib import metadata
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
-REPO = Path(__file__).resolve().parent.parent
-PATCHES = REPO / "patches"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pregrad_series import (  # noqa: E402  (one series model for every path)
+    apply_series,
+    load_series,
+    pristine_table,
+    REPO,
+    Refused,
+    Series,
+    shown,
+    supported_bases,
+)
 STATE_DIRNAME = ".torch-pregrad-backport"
 MANIFEST = "manifest.json"
 # Fault injection for the interruption tests: exit hard after writing N files.
 KILL_AFTER_ENV = "_PREGRAD_TEST_KILL_AFTER_FILES"
 FEATURE_RE = re.compile(r"^pre_grad_pass_timing\s*:", re.MULTILINE)
-FEATURE_ADDED_RE = re.compile(r"^\+pre_grad_pass_timing\s*:", re.MULTILINE)
-
-
-class Refused(Exception):
-    """A problem the user must fix; the message says what and where."""
-
-
-@dataclasses.dataclass
-class Series:
-    base: str  # e.g. "v2.11.0"
-    directory: Path
-    patches: List[Path]
-    touched: List[str]  # paths relative to site-packages / checkout root
-
-    @property
-    def version(self) -> str:
-        return self.base[1:]
-
-    @property
-    def adds_feature(self) -> bool:
-        """Whether the series brings pre_grad_pass_timing itself (a base before
-        2.12) or only fixes a base that has it (2.12.0 and later)."""
-        return any(FEATURE_ADDED_RE.search(p.read_text()) for p in self.patches)
-
-
-def supported_bases() -> List[str]:
-    return sorted(p.name for p in PATCHES.iterdir() if (p / "series").is_file())
-
-
-def load_series(base: str) -> Series:
-    directory = PATCHES / base
-    series_file = directory / "series"
-    if not series_file.is_file():
-        raise Refused(
-            f"no series for base {base!r}; supported bases: "
-            + ", ".join(supported_bases())
-        )
-    patches: List[Path] = []
-    for number, line in enumerate(series_file.read_text().splitlines(), 1):
-        entry = line.split("#", 1)[0].strip()
-        if not entry:
-            continue
-        patch = directory / entry
-        if not patch.is_file():
-            raise Refused(f"{series_file}:{number}: {entry} does not exist")
-        patches.append(patch)
-    touched: List[str] = []
-    for patch in patches:
-        for match in re.finditer(
-            r"^diff --git a/(\S+) b/(\S+)$", patch.read_text(), re.MULTILINE
-        ):
-            if match.group(1) != match.group(2):
-                raise Refused(f"{patch}: renames are not supported ({match.group(0)})")
-            if match.group(1) not in touched:
-                touched.append(match.group(1))
-    return Series(base, directory, patches, sorted(touched))
-
-
-def shown(path: Path) -> str:
-    """A path as the user should read it: relative to the repository if inside."""
-    try:
-        return str(path.relative_to(REPO))
-    except ValueError:
-        return str(path)
 
 
 def base_for_version(version: str) -> str:
@@ -116,36 +61,6 @@ def sha256_hex(data: bytes) -> str:
 
 def has_feature(config_py: bytes) -> bool:
     return FEATURE_RE.search(config_py.decode("utf-8", "replace")) is not None
-
-
-def apply_series(pristine: Dict[str, bytes], series: Series) -> Dict[str, bytes]:
-    """Return the patched contents, applying each patch with `git apply` (no fuzz)."""
-    with tempfile.TemporaryDirectory(prefix="pregrad-apply-") as tmp:
-        work = Path(tmp)
-        # A repository of its own, so git never resolves paths against an
-        # enclosing checkout.
-        subprocess.run(["git", "init", "-q", str(work)], check=True)
-        for rel, data in pristine.items():
-            (work / rel).parent.mkdir(parents=True, exist_ok=True)
-            (work / rel).write_bytes(data)
-        for patch in series.patches:
-            result = subprocess.run(
-                ["git", "apply", "--verbose", "--whitespace=nowarn", str(patch)],
-                cwd=work,
-                capture_output=True,
-                text=True,
-            )
-            if result.returncode != 0:
-                errors = [
-                    line
-                    for line in result.stderr.splitlines()
-                    if line.startswith("error:")
-                ]
-                raise Refused(
-                    f"{shown(patch)} does not apply to the pristine "
-                    f"{series.base} files:\n  " + "\n  ".join(errors)
-                )
-        return {rel: (work / rel).read_bytes() for rel in pristine}
 
 
 # --------------------------------------------------------------------------
@@ -589,7 +504,7 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path) -> int:
         sums = "".join(f"{sha256_hex(patched[rel])}  {rel}\n" for rel in series.touched)
         (staging / "SHA256SUMS").write_text(sums)
         stamp = [f"base: {series.base}", f"source: {source}", "series:"]
-        stamp += [f"  {sha256_hex(p.read_bytes())}  {shown(p)}" for p in series.patches]
+        stamp += [f"  {sha256_hex(p.read_bytes())}  {shown(p.path)}" for p in series.patches]
         stamp += ["pristine:"]
         stamp += [f"  {sha256_hex(pristine[rel])}  {rel}" for rel in series.touched]
         stamp += ["patched (also in SHA256SUMS):"]
@@ -610,17 +525,6 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path) -> int:
         print(f"  {out / rel}")
     print(f"overlay for {series.base} written to {out} (verify: cd {out} && sha256sum -c SHA256SUMS)")
     return 0
-
-
-def pristine_table(series: Series) -> Dict[str, tuple]:
-    """path -> (git blob sha1, sha256) of the base's pristine files (pristine.tsv)."""
-    table = series.directory / "pristine.tsv"
-    result: Dict[str, tuple] = {}
-    for line in table.read_text().splitlines():
-        if line and not line.startswith("#"):
-            path, blob, digest = line.split("\t")
-            result[path] = (blob, digest)
-    return result
 
 
 def previous_overlay_files(out: Path) -> List[str]:

@@ -1,0 +1,317 @@
+"""The series model that every path uses: bases, their patches, what each
+patch touches, and whether a patch is whole.
+
+An installed wheel (pregrad_wheel.py), a checkout (pregrad_checkout.py), the
+overlay, scripts/check-patches and the tests all read a series through
+`load_series`, which refuses a patch that is not whole before anything is
+written: a file section missing from what the diffstat announces, a hunk cut
+short, a line count that does not add up, a path outside `torch/`. Applying
+(`apply_series`) then checks that every file a patch touches ends as the
+post-image blob its `index` line names, so a hand-edited patch that still
+applies is refused too.
+
+Bases and series are data: patches/<base>/series lists the patches in order,
+patches/<base>/pristine.tsv names the pristine files' git blob ids and sha256.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import subprocess
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Dict, List, Optional, Tuple
+
+REPO = Path(__file__).resolve().parent.parent
+PATCHES = REPO / "patches"
+# Every file a series may touch lives under one of these (relative, no "..").
+ALLOWED_ROOTS = ("torch/",)
+FEATURE_ADDED_RE = re.compile(r"^\+pre_grad_pass_timing\s*:", re.MULTILINE)
+DIFF_RE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
+HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+INDEX_RE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: \d+)?$")
+STAT_LINE_RE = re.compile(r"^ (\S.*?)\s+\|\s+\d+")
+STAT_SUMMARY_RE = re.compile(
+    r"^ (\d+) files? changed(?:, (\d+) insertions?\(\+\))?(?:, (\d+) deletions?\(-\))?$")
+SUBJECT_RE = re.compile(r"^Subject: (?:\[PATCH[^\]]*\] )?(.*(?:\n .*)*)", re.MULTILINE)
+
+
+class Refused(Exception):
+    """A problem the user must fix; the message says what and where."""
+
+
+def shown(path: Path) -> str:
+    """A path as the user should read it: relative to the repository if inside."""
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hunk:
+    old_start: int
+    old_lines: int
+    new_lines: int
+
+
+@dataclasses.dataclass(frozen=True)
+class FileDiff:
+    path: str
+    pre_blob: str
+    post_blob: str
+    hunks: Tuple[Hunk, ...]
+    added: int
+    removed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Patch:
+    path: Path
+    subject: str
+    files: Tuple[FileDiff, ...]
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def read_text(self) -> str:
+        return self.path.read_text()
+
+    def read_bytes(self) -> bytes:
+        return self.path.read_bytes()
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+@dataclasses.dataclass
+class Series:
+    base: str  # e.g. "v2.11.0"
+    directory: Path
+    patches: List[Patch]
+    touched: List[str]  # paths relative to site-packages / checkout root
+
+    @property
+    def version(self) -> str:
+        return self.base[1:]
+
+    @property
+    def adds_feature(self) -> bool:
+        """Whether the series brings pre_grad_pass_timing itself (a base before
+        2.12) or only fixes a base that has it (2.12.0 and later)."""
+        return any(FEATURE_ADDED_RE.search(p.read_text()) for p in self.patches)
+
+
+def supported_bases() -> List[str]:
+    def key(name: str) -> Tuple[int, ...]:
+        return tuple(int(part) for part in re.findall(r"\d+", name))
+
+    return sorted((p.name for p in PATCHES.iterdir() if (p / "series").is_file()), key=key)
+
+
+def series_entries(series_file: Path) -> List[Tuple[int, str]]:
+    """(line number, patch file name) of each entry; `#` starts a comment."""
+    entries = []
+    for number, line in enumerate(series_file.read_text().splitlines(), 1):
+        entry = line.split("#", 1)[0].strip()
+        if entry:
+            entries.append((number, entry))
+    return entries
+
+
+def confined(path: str) -> bool:
+    pure = PurePosixPath(path)
+    return (not pure.is_absolute() and ".." not in pure.parts and "\\" not in path
+            and path.startswith(ALLOWED_ROOTS))
+
+
+def parse_patch(patch: Path) -> Tuple[Optional[Patch], List[str]]:
+    """The patch and the problems that make it not whole (empty when whole)."""
+    text = patch.read_text(errors="replace")
+    where = shown(patch)
+    problems: List[str] = []
+    subject = SUBJECT_RE.search(text.split("\n\n", 1)[0])
+    head, _, _ = text.partition("\ndiff --git ")
+    stat_files = [m.group(1) for m in map(STAT_LINE_RE.match, head.splitlines()) if m]
+    summary = next((m for m in map(STAT_SUMMARY_RE.match, head.splitlines()) if m), None)
+    sections = [m for m in DIFF_RE.finditer(text)]
+    if not sections:
+        return None, [f"{where}: no 'diff --git' section: not a patch, or cut before its diff"]
+    files: List[FileDiff] = []
+    for number, match in enumerate(sections):
+        old, new = match.group(1), match.group(2)
+        end = sections[number + 1].start() if number + 1 < len(sections) else len(text)
+        body = text[match.end():end].split("\n")[1:]
+        if old != new:
+            problems.append(f"{where}: renames are not supported ({match.group(0)})")
+        if not confined(new):
+            problems.append(f"{where}: {new}: only relative paths under "
+                            f"{', '.join(ALLOWED_ROOTS)} may be patched")
+        file_problems, diff = parse_file_section(where, new, body)
+        problems += file_problems
+        if diff is not None:
+            files.append(diff)
+    section_paths = [m.group(2) for m in sections]
+    for stat in stat_files:
+        if stat.startswith(".../"):
+            found = any(p.endswith(stat[3:]) for p in section_paths)
+        else:
+            found = stat in section_paths
+        if not found:
+            problems.append(f"{where}: the diffstat names {stat}, but the patch has no "
+                            "diff for it (cut short?)")
+    if summary is not None:
+        count = int(summary.group(1))
+        added = int(summary.group(2) or 0)
+        removed = int(summary.group(3) or 0)
+        if count != len(sections):
+            problems.append(f"{where}: the diffstat says {count} file(s) changed, the patch "
+                            f"has {len(sections)} diff section(s)")
+        if files and (added, removed) != (sum(f.added for f in files),
+                                          sum(f.removed for f in files)):
+            problems.append(
+                f"{where}: the diffstat says {added} insertion(s) and {removed} deletion(s), "
+                f"the hunks add {sum(f.added for f in files)} and remove "
+                f"{sum(f.removed for f in files)} line(s) (a hunk edited or cut?)")
+    elif stat_files or "\n---\n" in head:
+        problems.append(f"{where}: the diffstat has no 'N files changed' line")
+    if problems:
+        return None, problems
+    return Patch(patch, subject.group(1).replace("\n ", " ") if subject else "",
+                 tuple(files)), []
+
+
+def parse_file_section(where: str, path: str, body: List[str]
+                       ) -> Tuple[List[str], Optional[FileDiff]]:
+    problems: List[str] = []
+    index = next((INDEX_RE.match(line) for line in body[:6] if line.startswith("index ")), None)
+    if index is None:
+        return [f"{where}: {path}: no 'index A..B' line"], None
+    pre, post = index.group(1), index.group(2)
+    if len(pre) != 40 or len(post) != 40:
+        problems.append(f"{where}: {path}: 'index {pre}..{post}' is not a full-length blob "
+                        "pair (format-patch --full-index; git am -3 needs it)")
+    hunks: List[Hunk] = []
+    added = removed = 0
+    line = 0
+    while line < len(body) and not body[line].startswith("@@"):
+        line += 1
+    while line < len(body):
+        header = HUNK_RE.match(body[line])
+        if header is None:
+            break  # the signature, or the end of this section
+        old_len = 1 if header.group(2) is None else int(header.group(2))
+        new_len = 1 if header.group(4) is None else int(header.group(4))
+        old_seen = new_seen = 0
+        line += 1
+        while line < len(body) and (old_seen < old_len or new_seen < new_len):
+            text = body[line]
+            if text.startswith("\\"):  # "\ No newline at end of file"
+                line += 1
+                continue
+            kind = text[:1]
+            if kind == " " or text == "":
+                old_seen += 1
+                new_seen += 1
+            elif kind == "-":
+                old_seen += 1
+                removed += 1
+            elif kind == "+":
+                new_seen += 1
+                added += 1
+            else:
+                break
+            line += 1
+        if (old_seen, new_seen) != (old_len, new_len):
+            problems.append(
+                f"{where}: {path}: hunk @@ -{header.group(1)} has {old_seen} of {old_len} "
+                f"old and {new_seen} of {new_len} new line(s) (cut short or edited)")
+            return problems, None
+        while line < len(body) and body[line].startswith("\\"):
+            line += 1
+        hunks.append(Hunk(int(header.group(1)), old_len, new_len))
+    if not hunks:
+        problems.append(f"{where}: {path}: no hunk")
+    if problems:
+        return problems, None
+    return problems, FileDiff(path, pre, post, tuple(hunks), added, removed)
+
+
+def load_series(base: str) -> Series:
+    directory = PATCHES / base
+    series_file = directory / "series"
+    if not series_file.is_file():
+        raise Refused(
+            f"no series for base {base!r}; supported bases: " + ", ".join(supported_bases()))
+    patches: List[Patch] = []
+    problems: List[str] = []
+    for number, entry in series_entries(series_file):
+        path = directory / entry
+        if "/" in entry or not path.is_file():
+            problems.append(f"{shown(series_file)}:{number}: {entry} does not exist")
+            continue
+        patch, found = parse_patch(path)
+        problems += found
+        if patch is not None:
+            patches.append(patch)
+    if problems:
+        raise Refused("the series is not whole, nothing was changed:\n  " + "\n  ".join(problems))
+    touched: List[str] = []
+    for patch in patches:
+        for diff in patch.files:
+            if diff.path not in touched:
+                touched.append(diff.path)
+    return Series(base, directory, patches, sorted(touched))
+
+
+def git_blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def apply_series(pristine: Dict[str, bytes], series: Series,
+                 patches: Optional[List[Patch]] = None) -> Dict[str, bytes]:
+    """The patched contents: each patch applied with `git apply` (no fuzz), and
+    every file it touches checked against the post-image blob of its `index`
+    line. `patches` applies only those (a prefix of the series, say)."""
+    with tempfile.TemporaryDirectory(prefix="pregrad-apply-") as tmp:
+        work = Path(tmp)
+        # A repository of its own, so git never resolves paths against an
+        # enclosing checkout.
+        subprocess.run(["git", "init", "-q", str(work)], check=True)
+        for rel, data in pristine.items():
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            (work / rel).write_bytes(data)
+        for patch in series.patches if patches is None else patches:
+            result = subprocess.run(
+                ["git", "apply", "--verbose", "--whitespace=nowarn", str(patch.path)],
+                cwd=work, capture_output=True, text=True)
+            if result.returncode != 0:
+                errors = [line for line in result.stderr.splitlines()
+                          if line.startswith("error:")]
+                raise Refused(f"{shown(patch.path)} does not apply to the pristine "
+                              f"{series.base} files:\n  " + "\n  ".join(errors))
+            for diff in patch.files:
+                blob = git_blob_id((work / diff.path).read_bytes())
+                if blob != diff.post_blob:
+                    raise Refused(
+                        f"{shown(patch.path)}: {diff.path} came out as blob {blob[:12]}, "
+                        f"the patch's index line says {diff.post_blob[:12]}: the patch was "
+                        "edited or is not whole; nothing was changed")
+        return {rel: (work / rel).read_bytes() for rel in pristine}
+
+
+def pristine_table(series: Series) -> Dict[str, Tuple[str, str]]:
+    """path -> (git blob sha1, sha256) of the base's pristine files (pristine.tsv)."""
+    table = series.directory / "pristine.tsv"
+    result: Dict[str, Tuple[str, str]] = {}
+    for line in table.read_text().splitlines():
+        if line and not line.startswith("#"):
+            path, blob, digest = line.split("\t")
+            result[path] = (blob, digest)
+    return result

@@ -52,6 +52,8 @@
 #   --out DIR            write there instead of overlay/
 #
 # Supported bases: the directories of patches/ that hold a series file.
+# Requirements: bash, git, and Python 3.9 or later for PY (and python3 on PATH
+# for CHECKOUT mode and for --overlay without --python).
 # Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport)
 # holds downloaded wheels.
 # Exit codes: 0 done or nothing to do; 1 refused or failed (nothing changed);
@@ -86,11 +88,17 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-require_python() {  # a Python interpreter that runs, or exit 1 naming it
-  if [ "$("$python" -c 'print("ok")' 2>/dev/null)" != ok ]; then
-    echo "apply.sh: $python is not a Python interpreter that runs here" >&2
-    exit 1
-  fi
+require_python() {  # a Python >= 3.9 that runs, or exit 1 naming it
+  local answer
+  # Python 2 must be able to parse this line too.
+  answer="$("$python" -c 'import sys; print("ok" if sys.version_info >= (3, 9) else "old %d.%d" % sys.version_info[:2])' 2>/dev/null || true)"
+  case "$answer" in
+    ok) ;;
+    old*) echo "apply.sh: $python is Python ${answer#old }; apply.sh needs Python 3.9 or later (torch 2.9 and later need 3.10 anyway)" >&2
+          exit 1 ;;
+    *) echo "apply.sh: $python is not a Python interpreter that runs here" >&2
+       exit 1 ;;
+  esac
 }
 
 if [ "$mode" = "overlay" ]; then

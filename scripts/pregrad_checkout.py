@@ -113,12 +113,20 @@ class Base:
 def identify_base(checkout: Path) -> Base:
     """The base of the checkout: the one whose series is (partly) in HEAD's
     history, else the one whose pristine blobs the touched files match."""
+    # Bases share patch subjects (one concern, one subject on every base), so
+    # the base whose patches match by patch-id wins over one matched by subject.
+    in_history = []
     for name in supported_bases():
         series = load_series(name)
-        count = sum(1 for commit in find_series_commits(checkout, series).values() if commit)
+        exact: List[str] = []
+        found = find_series_commits(checkout, series, exact)
+        count = sum(1 for commit in found.values() if commit)
         if count:
-            return Base(series, f"{count} of {len(series.patches)} patches of its series "
-                        "are in HEAD's history", False)
+            in_history.append((len(exact), count, series))
+    if in_history:
+        _, count, series = max(in_history, key=lambda found: found[:2])
+        return Base(series, f"{count} of {len(series.patches)} patches of its series "
+                    "are in HEAD's history", False)
     candidates = []
     for name in supported_bases():
         series = load_series(name)
@@ -192,7 +200,8 @@ def patch_subject(patch: Path) -> str:
     return match.group(1).replace("\n ", " ") if match else ""
 
 
-def find_series_commits(checkout: Path, series: Series) -> Dict[str, Optional[str]]:
+def find_series_commits(checkout: Path, series: Series,
+                        exact: Optional[List[str]] = None) -> Dict[str, Optional[str]]:
     """patch file name -> the newest commit in HEAD's history that applied it,
     or None when there is none or a later commit reverted it.
 
@@ -200,7 +209,8 @@ def find_series_commits(checkout: Path, series: Series) -> Dict[str, Optional[st
     3-way merge changed the context lines (and so the patch-id), if it has the
     patch's subject and Origin trailer, which `git am` and cherry-picks keep.
     A later commit reverted it if its message says "This reverts commit
-    <sha>" or its diff has the reverse patch-id."""
+    <sha>" or its diff has the reverse patch-id. `exact`, if given, collects
+    the names of the patches matched by patch-id."""
     history = git(checkout, "log", "-p", "--no-color", "--no-merges",
                   f"-n{HISTORY_DEPTH}", "HEAD", "--", *series.touched).stdout
     ids = dict(reversed([tuple(line.split()[::-1]) for line in  # commit -> patch-id
@@ -223,6 +233,8 @@ def find_series_commits(checkout: Path, series: Series) -> Dict[str, Optional[st
             found[patch.name] = None
             continue
         applied = candidates[0]
+        if exact is not None and ids.get(applied) == forward:
+            exact.append(patch.name)
         reverse = patch_id(git(checkout, "diff", applied, f"{applied}^",
                                "--", *series.touched).stdout, checkout)
         newer = [(commit, message) for commit, message in

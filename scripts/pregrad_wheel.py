@@ -13,6 +13,7 @@ import argparse
 import base64
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import hashlib
 import json
@@ -30,6 +31,8 @@ from typing import Dict, Iterator, List, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pregrad_series import (  # noqa: E402  (one series model for every path)
     apply_series,
+    confined,
+    git_blob_id,
     load_series,
     pristine_table,
     REPO,
@@ -40,8 +43,6 @@ from pregrad_series import (  # noqa: E402  (one series model for every path)
 )
 STATE_DIRNAME = ".torch-pregrad-backport"
 MANIFEST = "manifest.json"
-# Fault injection for the interruption tests: exit hard after writing N files.
-KILL_AFTER_ENV = "_PREGRAD_TEST_KILL_AFTER_FILES"
 FEATURE_RE = re.compile(r"^pre_grad_pass_timing\s*:", re.MULTILINE)
 
 
@@ -105,10 +106,12 @@ def find_install() -> Install:
 
 @dataclasses.dataclass
 class Status:
-    state: str  # pristine | patched | modified | interrupted | has-feature | unsupported
+    # pristine | patched | partial | outdated | patched-no-backups | modified |
+    # interrupted | has-feature | unsupported
+    state: str
     install: Install
     series: Optional[Series]
-    lines: List[str]  # per-file detail
+    lines: List[str]  # per-file detail: "  <kind> <path>"
     manifest: Optional[dict]
 
     def headline(self) -> str:
@@ -116,12 +119,65 @@ class Status:
         base = f" (base {self.series.base}, {len(self.series.patches)} patches)" if self.series else ""
         return where + base
 
+    def files(self, *kinds: str) -> List[str]:
+        return [line.split()[-1] for line in self.lines if line.split()[0] in kinds]
+
+
+# --------------------------------------------------------------------------
+# Fault injection for the tests: every step that writes, renames or deletes
+# calls step() first; _PREGRAD_TEST_FAULT=kill:N exits hard at step N (as a
+# SIGKILL would), enospc:N raises "No space left on device" there.
+
+FAULT_ENV = "_PREGRAD_TEST_FAULT"
+_steps_taken = 0
+
+
+def step(what: object) -> None:
+    global _steps_taken
+    spec = os.environ.get(FAULT_ENV, "")
+    kind, _, at = spec.partition(":")
+    if spec and _steps_taken == int(at):
+        if kind == "kill":
+            os._exit(137)
+        if kind == "enospc":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(what))
+    _steps_taken += 1
+
 
 def read_manifest(install: Install) -> Optional[dict]:
     path = install.state_dir / MANIFEST
     if not path.is_file():
         return None
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        return {"state": "unreadable manifest"}
+
+
+def final_blobs(series: Series) -> Dict[str, str]:
+    """path -> the git blob the whole series leaves each file as."""
+    blobs: Dict[str, str] = {}
+    for patch in series.patches:
+        for diff in patch.files:
+            blobs[diff.path] = diff.post_blob
+    return blobs
+
+
+def file_kind(install: Install, rel: str, patched_digest: Optional[str],
+              patched_blob: Optional[str]) -> str:
+    path = install.path(rel)
+    if path.is_symlink():
+        return "symlink"
+    if not path.is_file():
+        return "missing"
+    data = path.read_bytes()
+    if record_digest(data) == install.record.get(rel):
+        return "pristine"
+    if patched_digest is not None and record_digest(data) == patched_digest:
+        return "patched"
+    if patched_blob is not None and git_blob_id(data) == patched_blob:
+        return "patched"
+    return "modified"
 
 
 def inspect(install: Install) -> Status:
@@ -133,49 +189,58 @@ def inspect(install: Install) -> Status:
             return Status("has-feature", install, None, [], manifest)
         return Status("unsupported", install, None, [], manifest)
     series = load_series(base)
-    if manifest is not None and manifest.get("state") != "applied":
-        lines = [f"  {manifest.get('state')} run stopped part-way"]
-        return Status("interrupted", install, series, lines, manifest)
-    if manifest is not None:
-        lines = []
-        kinds = set()
-        for rel, patched_digest in sorted(manifest["patched"].items()):
-            digest = record_digest(install.read(rel)) if install.path(rel).is_file() else ""
-            kind = ("patched" if digest == patched_digest
-                    else "pristine" if digest == install.record.get(rel) else "modified")
-            kinds.add(kind)
-            lines.append(f"  {kind:<9} {rel}")
-        if kinds == {"patched"}:
-            current = {p.name: sha256_hex(p.read_bytes()) for p in series.patches}
-            if manifest["series"] == current and sorted(manifest["patched"]) == series.touched:
-                return Status("patched", install, series, lines, manifest)
-            return Status("outdated", install, series, lines, manifest)
-        if kinds != {"pristine"}:
-            return Status("modified", install, series, lines, manifest)
-        # All pristine again: the state is stale (torch was reinstalled).
-    lines = []
-    kinds = set()
     for rel in series.touched:
         if rel not in install.record:
             raise Refused(f"{rel} is not in torch {install.version}'s RECORD")
-        digest = record_digest(install.read(rel)) if install.path(rel).is_file() else ""
-        kind = "pristine" if digest == install.record[rel] else "modified"
+    if manifest is None and install.state_dir.exists():
+        # A state directory without its manifest: a run was killed while
+        # writing or removing it.
+        lines = [f"  {install.state_dir} has no {MANIFEST} (a run was killed part-way)"]
+        return Status("interrupted", install, series, lines, manifest)
+    if manifest is not None and manifest.get("state") != "applied":
+        lines = [f"  {manifest.get('state')} run stopped part-way"]
+        return Status("interrupted", install, series, lines, manifest)
+    blobs = final_blobs(series)
+    if manifest is not None:
+        lines, kinds = [], set()
+        for rel, patched_digest in sorted(manifest["patched"].items()):
+            kind = file_kind(install, rel, patched_digest, None)
+            kinds.add(kind)
+            lines.append(f"  {kind:<9} {rel}")
+        current = {p.name: sha256_hex(p.read_bytes()) for p in series.patches}
+        same_series = (manifest["series"] == current
+                       and sorted(manifest["patched"]) == series.touched)
+        if kinds == {"patched"}:
+            return Status("patched" if same_series else "outdated",
+                          install, series, lines, manifest)
+        if kinds == {"patched", "pristine"} and same_series:
+            return Status("partial", install, series, lines, manifest)
+        if kinds != {"pristine"}:
+            return Status("modified", install, series, lines, manifest)
+        # All pristine again: the state is stale (torch was reinstalled).
+    lines, kinds = [], set()
+    for rel in series.touched:
+        kind = file_kind(install, rel, None, blobs.get(rel))
         kinds.add(kind)
         lines.append(f"  {kind:<9} {rel}")
     if kinds == {"pristine"}:
         if series.adds_feature and has_feature(install.read(config_rel)):
             return Status("has-feature", install, series, lines, manifest)
         return Status("pristine", install, series, lines, manifest)
+    if kinds == {"patched"}:
+        return Status("patched-no-backups", install, series, lines, None)
     return Status("modified", install, series, lines, manifest)
 
 
 def atomic_write(target: Path, data: bytes, mode: int) -> None:
     tmp = target.with_name(f".{target.name}.pregrad-tmp")
+    step(tmp)
     with open(tmp, "wb") as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
     os.chmod(tmp, mode)
+    step(target)
     os.replace(tmp, target)
 
 
@@ -185,7 +250,8 @@ def restore_pristine(install: Install, manifest: dict) -> List[str]:
     backups = install.state_dir / "orig"
     for rel in sorted(manifest["pristine"]):
         target = install.path(rel)
-        if target.is_file() and record_digest(target.read_bytes()) == install.record[rel]:
+        if (target.is_file() and not target.is_symlink()
+                and record_digest(target.read_bytes()) == install.record[rel]):
             continue
         backup = backups / rel
         data = backup.read_bytes() if backup.is_file() else b""
@@ -199,12 +265,38 @@ def restore_pristine(install: Install, manifest: dict) -> List[str]:
     return restored
 
 
+def restore_without_manifest(install: Install, series: Series) -> List[str]:
+    """A state dir whose manifest is gone: put back each touched file that is
+    not the wheel's from a backup that matches RECORD, or refuse."""
+    manifest = {"pristine": {rel: install.record[rel] for rel in series.touched},
+                "modes": {}}
+    return restore_pristine(install, manifest)
+
+
 def reinstall_command(install: Install) -> str:
     return f"{sys.executable} -m pip install --force-reinstall --no-deps torch=={install.version}"
 
 
 def drop_state(install: Install) -> None:
-    shutil.rmtree(install.state_dir)
+    """Remove the state dir in one rename, then delete it: a run killed in
+    between leaves a trash dir that the next run removes, never a state dir
+    without its manifest."""
+    trash = install.site / f"{STATE_DIRNAME}.trash"
+    remove_leftovers(install)
+    step(install.state_dir)
+    os.replace(install.state_dir, trash)
+    step(trash)
+    shutil.rmtree(trash)
+
+
+def remove_leftovers(install: Install) -> None:
+    """Directories that only a killed run leaves: a staging dir that was never
+    renamed into place, a trash dir that was not deleted."""
+    for name in (f"{STATE_DIRNAME}.staging", f"{STATE_DIRNAME}.trash"):
+        leftover = install.site / name
+        if leftover.exists():
+            step(leftover)
+            shutil.rmtree(leftover)
 
 
 def remove_partial_writes(install: Install, paths: List[str]) -> None:
@@ -212,22 +304,51 @@ def remove_partial_writes(install: Install, paths: List[str]) -> None:
     for rel in paths:
         tmp = install.path(rel).with_name(f".{install.path(rel).name}.pregrad-tmp")
         if tmp.exists():
+            step(tmp)
             tmp.unlink()
 
 
 def recover(status: Status, check: bool) -> int:
-    assert status.series is not None and status.manifest is not None
+    assert status.series is not None
+    what = status.manifest.get("state") if status.manifest else "earlier"
     if check:
-        print(f"would roll back the interrupted {status.manifest.get('state')} run "
-              "and restore the wheel's files")
+        print(f"would roll back the interrupted {what} run and restore the wheel's files")
         return 0
-    restored = restore_pristine(status.install, status.manifest)
-    remove_partial_writes(status.install, sorted(status.manifest["pristine"]))
+    if status.manifest is not None and "pristine" in status.manifest:
+        restored = restore_pristine(status.install, status.manifest)
+    else:
+        restored = restore_without_manifest(status.install, status.series)
+    remove_partial_writes(status.install, status.series.touched)
     drop_state(status.install)
-    what = ("finished an interrupted revert" if status.manifest.get("state") == "reverting"
-            else f"rolled back an interrupted {status.manifest.get('state')} run")
-    print(f"{what}: restored {len(restored)} file(s) to the wheel's bytes")
+    done = ("finished an interrupted revert" if what == "reverting"
+            else f"rolled back an interrupted {what} run")
+    print(f"{done}: restored {len(restored)} file(s) to the wheel's bytes")
     return 0
+
+
+def unwritable(install: Install, series: Series) -> List[str]:
+    """Directories this run must write to but cannot (a non-owner's run)."""
+    needed = {install.site} | {install.path(rel).parent for rel in series.touched}
+    return sorted(str(d) for d in needed if not os.access(d, os.W_OK | os.X_OK))
+
+
+def refuse_unwritable(install: Install, series: Series) -> None:
+    blocked = unwritable(install, series)
+    if blocked:
+        raise Refused(
+            "cannot write to:\n" + "\n".join(f"  {d}" for d in blocked)
+            + f"\nrun as the owner of the install ({owner_of(install.site)}); "
+            "nothing was changed")
+
+
+def owner_of(path: Path) -> str:
+    import pwd
+
+    uid = path.stat().st_uid
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def cmd_status(install: Install) -> int:
@@ -238,8 +359,14 @@ def cmd_status(install: Install) -> int:
     messages = {
         "pristine": "pristine: every file the series touches matches torch's RECORD",
         "patched": "patched: the series is applied (revert with --revert)",
-        "modified": "modified: files differ from both the wheel and the series"
-        + OVERLAY_HINT,
+        "partial": "partly reverted by hand: the files marked pristine are the wheel's "
+        "again; apply patches them again, --revert restores the others",
+        "patched-no-backups": "patched without backups: the files are exactly what this "
+        f"series makes, but {install.state_dir} with the originals is gone (deleted, or "
+        "the files were copied from an overlay); --revert cannot restore them: "
+        f"reinstall torch ({reinstall_command(install)})",
+        "modified": "modified: the files marked modified differ from both the wheel and "
+        "the series",
         "outdated": "outdated: an earlier version of the series is applied; "
         "apply replaces it, --revert removes it",
         "interrupted": "interrupted: an earlier run stopped part-way; "
@@ -254,6 +381,15 @@ def cmd_status(install: Install) -> int:
     return 0 if status.state in ("pristine", "patched", "has-feature") else 1
 
 
+def describe_files(status: Status) -> str:
+    """The files that block a run, each with what is wrong with it."""
+    wrong = {"modified": "differs from the wheel and the series",
+             "missing": "is missing",
+             "symlink": "is a symbolic link (patch the install it points into instead)"}
+    return "\n".join(f"  {status.install.site / line.split()[-1]}: {wrong[line.split()[0]]}"
+                     for line in status.lines if line.split()[0] in wrong)
+
+
 def refuse_unless_applicable(status: Status) -> None:
     if status.state == "unsupported":
         raise Refused(
@@ -261,14 +397,12 @@ def refuse_unless_applicable(status: Status) -> None:
             f"(supported: {', '.join(supported_bases())}); nothing was changed"
         )
     if status.state == "modified":
-        what = ("the series is applied, but these files changed since"
-                if status.manifest is not None else "these files differ from torch's RECORD")
+        what = ("the series is applied, but files changed since"
+                if status.manifest is not None else "files differ from torch's RECORD")
         raise Refused(
-            f"{what}, so nothing was changed:\n"
-            + "\n".join(f"  {status.install.site / rel}" for rel in modified_files(status))
+            f"{what}, so nothing was changed:\n" + describe_files(status)
             + f"\nreinstall torch ({reinstall_command(status.install)}"
             f") or undo the local edits"
-            + OVERLAY_HINT
         )
 
 
@@ -276,17 +410,11 @@ NO_FIXES_NOTE = ("\nnote: this project's results fixes (see README, patch ledger
                  "only for the supported bases: " + ", ".join(supported_bases()))
 
 
-OVERLAY_HINT = ("\n(a copied overlay also shows as modified: it keeps no backups; "
-                "check it with sha256sum -c overlay/SHA256SUMS)")
-
-
-def modified_files(status: Status) -> List[str]:
-    return [line.split()[-1] for line in status.lines if line.split()[0] == "modified"]
-
-
 def cmd_apply(install: Install, check: bool) -> int:
     status = inspect(install)
     print(status.headline())
+    if status.series is not None and status.state not in ("patched", "has-feature"):
+        refuse_unwritable(install, status.series)
     if status.state == "interrupted":
         recover(status, check)
         if check:
@@ -296,21 +424,41 @@ def cmd_apply(install: Install, check: bool) -> int:
     if status.state == "patched":
         print("already applied: nothing to do")
         return 0
+    if status.state == "patched-no-backups":
+        print("already applied, but without backups: nothing to do (--revert cannot undo "
+              f"it; reinstall torch to: {reinstall_command(install)})")
+        return 0
     if status.state == "has-feature":
         print("torch._inductor.config.pre_grad_pass_timing already exists in this "
               "torch: it has the feature, nothing to do"
               + ("" if status.series else NO_FIXES_NOTE))
         return 0
-    if status.state != "outdated":
+    if status.state not in ("outdated", "partial"):
         refuse_unless_applicable(status)
     series = status.series
     assert series is not None
     # An earlier series' originals are in its backups; build the new files
     # from those before anything is written, so a failure changes nothing.
-    backups = status.manifest["pristine"] if status.state == "outdated" and status.manifest else {}
+    backups = (status.manifest["pristine"]
+               if status.state in ("outdated", "partial") and status.manifest else {})
     pristine = {rel: (install.state_dir / "orig" / rel).read_bytes() if rel in backups
                 else install.read(rel) for rel in series.touched}
     patched = apply_series(pristine, series)
+    if status.state == "partial":
+        todo = status.files("pristine")
+        if check:
+            for rel in todo:
+                print(f"  would patch {rel} again")
+            print(f"check: {len(todo)} file(s) were reverted by hand and would be "
+                  "patched again, nothing was written")
+            return 0
+        assert status.manifest is not None
+        for rel in todo:
+            atomic_write(install.path(rel), patched[rel],
+                         install.path(rel).stat().st_mode & 0o7777)
+            print(f"  patched {rel} again")
+        print(f"applied: {len(todo)} file(s) that were reverted by hand are patched again")
+        return 0
     if status.state == "outdated":
         if check:
             print("an earlier version of the series is applied: would replace it")
@@ -328,12 +476,14 @@ def cmd_apply(install: Install, check: bool) -> int:
         print(f"check: the series applies cleanly; {len(series.touched)} file(s) "
               "would change, nothing was written")
         return 0
-    write_backups(install, series, pristine, patched)
+    remove_leftovers(install)
     try:
-        kill_after = int(os.environ.get(KILL_AFTER_ENV, "-1"))
-        for done, rel in enumerate(series.touched):
-            if done == kill_after:
-                os._exit(137)
+        write_backups(install, series, pristine, patched)
+    except BaseException:
+        shutil.rmtree(install.site / (STATE_DIRNAME + ".staging"), ignore_errors=True)
+        raise
+    try:
+        for rel in series.touched:
             atomic_write(install.path(rel), patched[rel],
                          install.path(rel).stat().st_mode & 0o7777)
             print(f"  patched {rel}")
@@ -346,6 +496,7 @@ def cmd_apply(install: Install, check: bool) -> int:
         manifest = read_manifest(install)
         assert manifest is not None
         restore_pristine(install, manifest)
+        remove_partial_writes(install, series.touched)
         drop_state(install)
         print("failed part-way: every file was restored to the wheel's bytes",
               file=sys.stderr)
@@ -360,9 +511,8 @@ def write_backups(install: Install, series: Series,
     """Write backups and manifest into a temporary dir, then rename it into place,
     so the state dir is either complete or absent."""
     staging = install.site / (STATE_DIRNAME + ".staging")
-    if staging.exists():
-        shutil.rmtree(staging)
     for rel, data in pristine.items():
+        step(staging / "orig" / rel)
         (staging / "orig" / rel).parent.mkdir(parents=True, exist_ok=True)
         (staging / "orig" / rel).write_bytes(data)
     manifest = {
@@ -374,13 +524,18 @@ def write_backups(install: Install, series: Series,
         "patched": {rel: record_digest(data) for rel, data in patched.items()},
         "modes": {rel: install.path(rel).stat().st_mode & 0o7777 for rel in series.touched},
     }
+    step(staging / MANIFEST)
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    step(install.state_dir)
     os.replace(staging, install.state_dir)
 
 
 def cmd_revert(install: Install, check: bool) -> int:
     status = inspect(install)
     print(status.headline())
+    if status.series is not None and status.state in ("interrupted", "patched", "partial",
+                                                      "outdated"):
+        refuse_unwritable(install, status.series)
     if status.state == "interrupted":
         return recover(status, check)
     if status.state in ("pristine", "has-feature", "unsupported"):
@@ -389,27 +544,33 @@ def cmd_revert(install: Install, check: bool) -> int:
         elif status.manifest is not None:
             print(f"note: {install.state_dir} holds backups of an earlier apply to a "
                   f"different torch; left alone")
+        elif not check:
+            remove_leftovers(install)
         print(f"nothing to revert: {status.state}")
         return 0
+    if status.state == "patched-no-backups":
+        raise Refused(
+            "the files are patched by this series, but the backups in "
+            f"{install.state_dir} are gone, so nothing was reverted; reinstall torch "
+            f"({reinstall_command(install)}) to get the wheel's files back")
     if status.state == "modified":
         if status.manifest is None:
             raise Refused(
                 "nothing to revert: the series was not applied by this script (no "
-                f"backups in {install.state_dir}), and these files differ from torch's "
-                "RECORD:\n" + "\n".join(f"  {install.site / rel}" for rel in modified_files(status))
+                f"backups in {install.state_dir}), and files differ from torch's "
+                "RECORD:\n" + describe_files(status)
                 + f"\nreinstall torch ({reinstall_command(install)}"
                 f") to get the wheel's files back"
-                + OVERLAY_HINT
             )
         raise Refused(
-            "these files changed after the series was applied, so nothing was "
-            "reverted:\n" + "\n".join(f"  {install.site / rel}" for rel in modified_files(status))
+            "files changed after the series was applied, so nothing was "
+            "reverted:\n" + describe_files(status)
             + f"\nreinstall torch ({reinstall_command(install)}"
             f") to get the wheel's files back"
         )
     assert status.series is not None and status.manifest is not None
     if check:
-        for rel in sorted(status.manifest["pristine"]):
+        for rel in status.files("patched"):
             print(f"  would restore {rel}")
         print("check: nothing was written")
         return 0
@@ -496,12 +657,18 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path) -> int:
     patched = apply_series(pristine, series)
     out.mkdir(parents=True, exist_ok=True)
     previous = previous_overlay_files(out)
+    for stale in out.glob(".overlay-*"):  # staging dirs of killed runs
+        step(stale)
+        shutil.rmtree(stale, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=".overlay-", dir=out))
+    new_files = [*series.touched, "SHA256SUMS", "STAMP"]
     try:
         for rel, data in patched.items():
+            step(staging / rel)
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
             (staging / rel).write_bytes(data)
         sums = "".join(f"{sha256_hex(patched[rel])}  {rel}\n" for rel in series.touched)
+        step(staging / "SHA256SUMS")
         (staging / "SHA256SUMS").write_text(sums)
         stamp = [f"base: {series.base}", f"source: {source}", "series:"]
         stamp += [f"  {sha256_hex(p.read_bytes())}  {shown(p.path)}" for p in series.patches]
@@ -509,16 +676,27 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path) -> int:
         stamp += [f"  {sha256_hex(pristine[rel])}  {rel}" for rel in series.touched]
         stamp += ["patched (also in SHA256SUMS):"]
         stamp += [f"  {sha256_hex(patched[rel])}  {rel}" for rel in series.touched]
+        step(staging / "STAMP")
         (staging / "STAMP").write_text("\n".join(stamp) + "\n")
+        # Until the journal is removed, every file it names counts as ours: a
+        # run killed while swapping files leaves a directory the next run can
+        # replace.
+        journal = sorted(set(previous) | set(new_files))
+        step(out / JOURNAL)
+        atomic_write(out / JOURNAL, "".join(f"{rel}\n" for rel in journal).encode(), 0o644)
         for rel in previous:
+            step(out / rel)
             (out / rel).unlink()
         for directory in sorted({(out / rel).parent for rel in previous}, reverse=True):
             while directory != out and directory.is_dir() and not any(directory.iterdir()):
                 directory.rmdir()
                 directory = directory.parent
-        for rel in [*series.touched, "SHA256SUMS", "STAMP"]:
+        for rel in new_files:
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            step(out / rel)
             os.replace(staging / rel, out / rel)
+        step(out / JOURNAL)
+        (out / JOURNAL).unlink()
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     for rel in series.touched:
@@ -527,13 +705,29 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path) -> int:
     return 0
 
 
+JOURNAL = ".overlay-journal"
+
+
 def previous_overlay_files(out: Path) -> List[str]:
     """The files of an overlay generated here before, which may be replaced.
-    Anything else in `out` (an installed torch, say) makes us refuse."""
-    sums = out / "SHA256SUMS"
-    listed = [line.split("  ", 1)[1] for line in sums.read_text().splitlines()
-              if "  " in line] if sums.is_file() and (out / "STAMP").is_file() else []
-    ours = set(listed) | ({"SHA256SUMS", "STAMP"} if listed else set()) | {"README.md"}
+    Anything else in `out` (an installed torch, say) makes us refuse, and so
+    does a listed path that would lead outside `out`."""
+    listed: List[str] = []
+    sums, journal = out / "SHA256SUMS", out / JOURNAL
+    if sums.is_file() and (out / "STAMP").is_file():
+        listed += [line.split("  ", 1)[1] for line in sums.read_text().splitlines()
+                   if "  " in line]
+    if journal.is_file():
+        listed += [line for line in journal.read_text().splitlines() if line]
+    outside = [rel for rel in listed
+               if not (confined(rel) or rel in ("SHA256SUMS", "STAMP"))
+               or not (out / rel).resolve().is_relative_to(out.resolve())]
+    if outside:
+        raise Refused(
+            f"{sums if sums.is_file() else journal} names {outside[0]!r}, which is not a "
+            f"file under torch/ inside {out}; nothing was written or deleted. Remove that "
+            "line, or name a new directory")
+    ours = set(listed) | ({"SHA256SUMS", "STAMP"} if listed else set()) | {"README.md", JOURNAL}
     foreign = [str(path.relative_to(out)) for path in sorted(out.rglob("*"))
                if path.is_file() and str(path.relative_to(out)) not in ours
                and not path.relative_to(out).parts[0].startswith(".overlay-")]
@@ -543,7 +737,7 @@ def previous_overlay_files(out: Path) -> List[str]:
             f"{len(foreign)} in all); nothing was written. Name an empty or new "
             "directory, or one holding an earlier overlay"
         )
-    return [rel for rel in listed if (out / rel).is_file()]
+    return sorted({rel for rel in listed if (out / rel).is_file()})
 
 
 def expected_pristine(series: Series) -> Dict[str, str]:
@@ -596,12 +790,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("interrupted: any file already written was restored; "
               "--status tells where the install stands", file=sys.stderr)
         return 130
-    except PermissionError as problem:
-        after = ("any file already written was restored" if args.command == "apply"
-                 else "the revert stopped part-way; rerun --revert once it can write "
-                 "(--status shows where the install stands)")
-        print(f"error: {problem}; {after}. Run as the owner of the install.",
-              file=sys.stderr)
+    except OSError as problem:
+        # Disk full, a permission the pre-check could not foresee, an I/O
+        # error: say what failed and where the install stands now.
+        print(f"error: {problem}", file=sys.stderr)
+        if args.command in ("apply", "revert"):
+            try:
+                state = inspect(find_install()).state
+            except (OSError, Refused):
+                state = "unknown"
+            hint = {"pristine": "the install is pristine: nothing was changed",
+                    "patched": "the install is patched",
+                    "interrupted": "the run stopped part-way: rerun once the cause is "
+                    "fixed, or --revert, to finish or roll it back"}.get(
+                        state, f"the install is {state}: see --status")
+            print(hint, file=sys.stderr)
         return 1
 
 

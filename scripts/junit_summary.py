@@ -80,7 +80,11 @@ def compare(stock_report: str, patched_report: str) -> int:
     fixed = sorted(t for t in stock if stock[t] == "failed" and patched.get(t) == "passed")
     vanished = sorted(t for t in stock if t not in patched)
     width = max([len(t) for t in regressions + fixed + vanished] + [4])
-    print(f"{len(stock)} tests on stock, {len(patched)} on patched")
+    for label, results in (("stock", stock), ("patched", patched)):
+        counts = {kind: sum(1 for r in results.values() if r == kind)
+                  for kind in ("passed", "failed", "skipped")}
+        print(f"{label}: {counts['passed']} passed, {counts['failed']} failed, "
+              f"{counts['skipped']} skipped")
     for title, rows, after in (("regressions (pass stock, fail patched)", regressions, "failed"),
                                ("fixed (fail stock, pass patched)", fixed, "passed"),
                                ("ran on stock only", vanished, "-")):

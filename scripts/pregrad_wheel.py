@@ -136,12 +136,12 @@ def step(what: object) -> None:
     global _steps_taken
     spec = os.environ.get(FAULT_ENV, "")
     kind, _, at = spec.partition(":")
-    if spec and _steps_taken == int(at):
+    this_step, _steps_taken = _steps_taken, _steps_taken + 1
+    if spec and this_step == int(at):  # one fault per run
         if kind == "kill":
             os._exit(137)
         if kind == "enospc":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(what))
-    _steps_taken += 1
 
 
 def read_manifest(install: Install) -> Optional[dict]:
@@ -657,9 +657,11 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path) -> int:
     patched = apply_series(pristine, series)
     out.mkdir(parents=True, exist_ok=True)
     previous = previous_overlay_files(out)
-    for stale in out.glob(".overlay-*"):  # staging dirs of killed runs
-        step(stale)
-        shutil.rmtree(stale, ignore_errors=True)
+    for stale in [*(p for p in out.glob(".overlay-*") if p.name != JOURNAL),
+                  out / f".{JOURNAL}.pregrad-tmp"]:
+        if stale.exists():  # left by a killed run
+            step(stale)
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
     staging = Path(tempfile.mkdtemp(prefix=".overlay-", dir=out))
     new_files = [*series.touched, "SHA256SUMS", "STAMP"]
     try:
@@ -727,7 +729,8 @@ def previous_overlay_files(out: Path) -> List[str]:
             f"{sums if sums.is_file() else journal} names {outside[0]!r}, which is not a "
             f"file under torch/ inside {out}; nothing was written or deleted. Remove that "
             "line, or name a new directory")
-    ours = set(listed) | ({"SHA256SUMS", "STAMP"} if listed else set()) | {"README.md", JOURNAL}
+    ours = (set(listed) | ({"SHA256SUMS", "STAMP"} if listed else set())
+            | {"README.md", JOURNAL, f".{JOURNAL}.pregrad-tmp"})
     foreign = [str(path.relative_to(out)) for path in sorted(out.rglob("*"))
                if path.is_file() and str(path.relative_to(out)) not in ours
                and not path.relative_to(out).parts[0].startswith(".overlay-")]

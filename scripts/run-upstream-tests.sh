@@ -21,7 +21,13 @@
 #   PYTEST_ARGS  passed to both pytest runs (e.g. -k pre_grad -x).
 #
 # The full list takes a long time (upstream's cache tests compile hundreds of
-# graphs); narrow it with -k while iterating.
+# graphs). To narrow it, pass a shorter list with --tests; pytest's -k also
+# matches file and class names (-k cache selects all of
+# test_aot_autograd_cache.py), so use words only test names contain, e.g.
+# -k "pre_grad and not Cache". Never writes to CHECKOUT: a file the tests
+# create or change there (git work tree or not) is reported.
+# The summary gives each build's passed/failed/skipped counts, then the tests
+# that pass stock but fail patched (regressions) and the reverse.
 # Exit codes: 0 no regressions; 1 regressions, no listed file found, or a
 # step failed; 2 usage error.
 set -euo pipefail
@@ -61,6 +67,12 @@ if [ ${#found[@]} -eq 0 ]; then
   exit 1
 fi
 
+# Before anything changes the install: the runner must be able to run.
+if ! "$python" -m pytest --version >/dev/null 2>&1; then
+  echo "run-upstream-tests.sh: $python cannot run pytest (install it there: $python -m pip install pytest expecttest hypothesis); nothing was changed" >&2
+  exit 1
+fi
+
 state_of() { "$here/apply.sh" --python "$python" --status | tail -n 1 | cut -d: -f1; }
 initial="$(state_of)" || true
 case "$initial" in
@@ -83,7 +95,10 @@ restore() {
 trap restore EXIT
 trap 'exit 130' INT TERM
 
-before="$(git -C "$checkout" status --porcelain --ignored 2>/dev/null || true)"
+# What the tests could leave in the checkout, for any tree, git or not: every
+# file's path, size and modification time.
+tree_state() { (cd "$checkout" && find . -path ./.git -prune -o -type f -printf '%p %s %T@\n' | sort); }
+before="$(tree_state)"
 run_tests() {  # run_tests LABEL
   echo "== $1: ${#found[@]} file(s) from $checkout/test" >&2
   (cd "$checkout/test" && PYTHONDONTWRITEBYTECODE=1 PYTORCH_PRINT_REPRO_ON_FAILURE=0 \
@@ -97,9 +112,9 @@ run_tests stock
 "$here/apply.sh" --python "$python" >&2
 run_tests patched
 
-after="$(git -C "$checkout" status --porcelain --ignored 2>/dev/null || true)"
+after="$(tree_state)"
 if [ "$before" != "$after" ]; then
-  echo "warning: the test run left files in $checkout (git status before/after):" >&2
+  echo "warning: the test run changed files in $checkout (before/after):" >&2
   diff <(echo "$before") <(echo "$after") >&2 || true
 fi
 

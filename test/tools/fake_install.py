@@ -57,21 +57,30 @@ class FakeInstall:
             if path.is_file()
         }
 
-    def run(self, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-        """Runs apply.sh against this install; returns its exit code and its
-        output (stdout then stderr) with this install's paths made generic."""
+    def run(self, *args: str, env: dict[str, str] | None = None,
+            user: str | None = None) -> tuple[int, str]:
+        """Runs apply.sh against this install (as `user`, if given); returns its
+        exit code and its output (stdout then stderr) with this install's paths
+        made generic."""
+        environment = {**os.environ, **(env or {})}
+        if user is not None:
+            environment["HOME"] = str(self.root)  # git reads ~/.gitconfig
         result = subprocess.run(
             [str(APPLY), "--python", str(self.python), *args],
             capture_output=True,
             text=True,
-            env={**os.environ, **(env or {})},
+            env=environment,
+            user=user,
         )
         output = result.stdout + result.stderr
         output = output.replace(str(self.site), "<site>").replace(str(self.python), "<python>")
         return result.returncode, output
 
 
-def make_fake_install(root: Path, source: str, version: str | None = None) -> FakeInstall:
+def make_fake_install(root: Path, source: str, version: str | None = None,
+                      base_python: str | None = None) -> FakeInstall:
+    """A small install with the files of `source`'s torch; its venv is made
+    from `base_python` (default: this interpreter)."""
     info = json.loads(
         subprocess.run(
             [
@@ -89,7 +98,8 @@ def make_fake_install(root: Path, source: str, version: str | None = None) -> Fa
     source_site, source_version = Path(info[0]), info[1]
     version = version or source_version.split("+")[0]
     subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True
+        [base_python or sys.executable, "-m", "venv", "--without-pip", str(root / "venv")],
+        check=True,
     )
     python = root / "venv" / "bin" / "python"
     site = Path(

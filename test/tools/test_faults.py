@@ -1,0 +1,193 @@
+"""Fault injection: apply.sh killed (as by SIGKILL) or out of disk at every step.
+
+scripts/pregrad_wheel.py calls step() before each write, rename and unlink;
+_PREGRAD_TEST_FAULT=kill:N makes the N-th step exit hard (status 137), and
+enospc:N makes it fail with "No space left on device". Each test walks every
+step index of one command until the command gets through without reaching the
+fault. After every fault, --status must tell the truth, and a plain rerun must
+finish or roll back to bytes identical to a clean run or to the wheel.
+Read-only targets are tried as a non-root user.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+from pathlib import Path
+
+from fake_install import FakeInstall, make_fake_install, source_python, STATE_DIRNAME, TOUCHED
+
+STOCK = "PREGRAD_STOCK_PYTHON"
+FAULT = "_PREGRAD_TEST_FAULT"
+MAX_STEPS = 200  # far above any command's step count: a walk that reaches it is a bug
+
+
+def tree(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+class FaultInjectionTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="pregrad-faults-")
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = Path(self._tmp.name)
+        self.count = itertools.count()
+        reference = self.fresh()
+        self.pristine = reference.snapshot()
+        code, output = reference.run()
+        self.assertEqual(code, 0, output)
+        self.patched = reference.snapshot()
+
+    def fresh(self) -> FakeInstall:
+        return make_fake_install(self.tmp / f"install-{next(self.count)}", source_python(STOCK))
+
+    def patched_install(self) -> FakeInstall:
+        install = self.fresh()
+        code, output = install.run()
+        self.assertEqual(code, 0, output)
+        return install
+
+    def status(self, install: FakeInstall) -> str:
+        return install.run("--status")[1].strip().splitlines()[-1].split(":")[0]
+
+    def assert_status_tells_the_truth(self, install: FakeInstall, where: str) -> str:
+        """The state --status reports agrees with the bytes on disk."""
+        state = self.status(install)
+        touched = {rel: install.path(rel).read_bytes() for rel in TOUCHED}
+        if state == "pristine":
+            self.assertEqual(touched, {rel: self.pristine[rel] for rel in TOUCHED}, where)
+        elif state == "patched":
+            self.assertEqual(touched, {rel: self.patched[rel] for rel in TOUCHED}, where)
+        else:
+            self.assertEqual(state, "interrupted", where)
+        return state
+
+    def assert_like(self, install: FakeInstall, expected: dict[str, bytes], where: str) -> None:
+        """Byte for byte, apart from the manifest (it holds the file modes of
+        this install) and nothing left behind."""
+        actual = install.snapshot()
+        self.assertEqual(sorted(actual), sorted(expected), where)
+        for rel, data in expected.items():
+            if not rel.endswith("manifest.json"):
+                self.assertEqual(actual[rel], data, f"{where}: {rel}")
+
+    def walk(self, start, command: tuple[str, ...], kind: str = "kill"):
+        """Yields (step, install, code, output) for each fault until the command
+        gets through with the fault past its last step."""
+        for index in range(MAX_STEPS):
+            install = start()
+            code, output = install.run(*command, env={FAULT: f"{kind}:{index}"})
+            if code == 0:
+                return
+            yield index, install, code, output
+        self.fail(f"{command} still hit the fault after {MAX_STEPS} steps")
+
+    def test_apply_killed_at_every_step_recovers(self) -> None:
+        steps = 0
+        for index, install, code, output in self.walk(self.fresh, ()):
+            where = f"apply killed at step {index}"
+            self.assertEqual(code, 137, f"{where}: {output}")
+            self.assert_status_tells_the_truth(install, where)
+            code, output = install.run()
+            self.assertEqual(code, 0, f"{where}, rerun apply: {output}")
+            self.assert_like(install, self.patched, f"{where}, rerun apply")
+            steps += 1
+        self.assertGreater(steps, len(TOUCHED))
+
+    def test_apply_killed_at_every_step_is_undone_by_revert(self) -> None:
+        for index, install, code, _ in self.walk(self.fresh, ()):
+            where = f"apply killed at step {index}"
+            code, output = install.run("--revert")
+            self.assertEqual(code, 0, f"{where}, revert: {output}")
+            self.assert_like(install, self.pristine, f"{where}, revert")
+
+    def test_revert_killed_at_every_step_recovers(self) -> None:
+        for index, install, code, output in self.walk(self.patched_install, ("--revert",)):
+            where = f"revert killed at step {index}"
+            self.assertEqual(code, 137, f"{where}: {output}")
+            self.assert_status_tells_the_truth(install, where)
+            code, output = install.run("--revert")
+            self.assertEqual(code, 0, f"{where}, rerun revert: {output}")
+            self.assert_like(install, self.pristine, f"{where}, rerun revert")
+            code, output = install.run()
+            self.assertEqual(code, 0, f"{where}, apply after: {output}")
+            self.assert_like(install, self.patched, f"{where}, apply after")
+
+    def test_disk_full_at_every_step_of_apply_changes_nothing(self) -> None:
+        for index, install, code, output in self.walk(self.fresh, (), kind="enospc"):
+            where = f"apply out of disk at step {index}"
+            self.assertEqual(code, 1, f"{where}: {output}")
+            self.assertIn("No space left on device", output, where)
+            self.assertNotIn("Traceback", output, where)
+            self.assert_like(install, self.pristine, where)
+
+    def test_disk_full_at_every_step_of_revert_is_finished_by_a_rerun(self) -> None:
+        for index, install, code, output in self.walk(
+                self.patched_install, ("--revert",), kind="enospc"):
+            where = f"revert out of disk at step {index}"
+            self.assertEqual(code, 1, f"{where}: {output}")
+            self.assertIn("No space left on device", output, where)
+            self.assertNotIn("Traceback", output, where)
+            self.assert_status_tells_the_truth(install, where)
+            code, output = install.run("--revert")
+            self.assertEqual(code, 0, f"{where}, rerun: {output}")
+            self.assert_like(install, self.pristine, f"{where}, rerun")
+
+    def test_overlay_killed_at_every_step_is_replaced_by_a_rerun(self) -> None:
+        source = self.fresh()
+        reference = self.tmp / "overlay-reference"
+        code, output = source.run("--overlay", "v2.11.0", "--out", str(reference))
+        self.assertEqual(code, 0, output)
+        expected = tree(reference)
+        for index in range(MAX_STEPS):
+            target = self.tmp / f"overlay-{index}"
+            shutil.copytree(reference, target)  # an earlier overlay to replace
+            (target / "STAMP").write_text("base: v2.11.0\nan earlier overlay\n")
+            code, output = source.run("--overlay", "v2.11.0", "--out", str(target),
+                                      env={FAULT: f"kill:{index}"})
+            if code == 0:
+                break
+            where = f"overlay killed at step {index}"
+            self.assertEqual(code, 137, f"{where}: {output}")
+            code, output = source.run("--overlay", "v2.11.0", "--out", str(target))
+            self.assertEqual(code, 0, f"{where}, rerun: {output}")
+            self.assertEqual(tree(target), expected, where)
+        else:
+            self.fail("the overlay walk never finished")
+        self.assertGreater(index, 3)
+
+    @unittest.skipUnless(os.geteuid() == 0 and Path("/usr/bin/python3").exists(),
+                         "needs root to run apply.sh as another user, and /usr/bin/python3")
+    def test_read_only_install_as_another_user_is_refused_untouched(self) -> None:
+        """An install owned by root, apply.sh run as nobody: --check, apply and
+        revert all refuse before writing, and say who can."""
+        root = Path(tempfile.mkdtemp(prefix="pregrad-readonly-", dir="/tmp"))
+        self.addCleanup(shutil.rmtree, root, True)
+        os.chmod(root, 0o755)
+        install = make_fake_install(root / "pristine", source_python(STOCK),
+                                    base_python="/usr/bin/python3")
+        patched = make_fake_install(root / "patched", source_python(STOCK),
+                                    base_python="/usr/bin/python3")
+        self.assertEqual(patched.run()[0], 0)
+        subprocess.run(["chmod", "-R", "a+rX", str(root)], check=True)
+        for target, args in ((install, ("--check",)), (install, ()),
+                             (patched, ("--revert",)), (patched, ("--revert", "--check"))):
+            before = target.snapshot()
+            code, output = target.run(*args, user="nobody")
+            where = f"apply.sh {' '.join(args)} as nobody"
+            self.assertEqual(code, 1, f"{where}: {output}")
+            self.assertIn("cannot write to:", output, where)
+            self.assertIn("run as the owner of the install (root); nothing was changed",
+                          output, where)
+            self.assertNotIn("Traceback", output, where)
+            self.assertEqual(target.snapshot(), before, where)
+        self.assertFalse((install.site / STATE_DIRNAME).exists())
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -72,9 +72,9 @@ class Checkout:
             ),
         }
 
-    def run(self, *args: str) -> tuple[int, str]:
+    def run(self, *args: str, apply: Path = APPLY) -> tuple[int, str]:
         result = subprocess.run(
-            [str(APPLY), str(self.path), *args],
+            [str(apply), str(self.path), *args],
             capture_output=True,
             text=True,
             env={**os.environ, **GIT_ENV},

@@ -58,7 +58,7 @@ class FakeInstall:
         }
 
     def run(self, *args: str, env: dict[str, str] | None = None,
-            user: str | None = None) -> tuple[int, str]:
+            user: str | None = None, apply: Path = APPLY) -> tuple[int, str]:
         """Runs apply.sh against this install (as `user`, if given); returns its
         exit code and its output (stdout then stderr) with this install's paths
         made generic."""
@@ -66,7 +66,7 @@ class FakeInstall:
         if user is not None:
             environment["HOME"] = str(self.root)  # git reads ~/.gitconfig
         result = subprocess.run(
-            [str(APPLY), "--python", str(self.python), *args],
+            [str(apply), "--python", str(self.python), *args],
             capture_output=True,
             text=True,
             env=environment,

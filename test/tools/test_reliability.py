@@ -1,0 +1,237 @@
+"""Bad inputs and damaged installs: each case a user reported, each refused or
+recovered with a message that says what and where, and nothing lost.
+
+A damaged series is tried on a copy of this project (scripts/ and patches/ in
+a scratch directory), so the repository's own patches are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import unittest
+from pathlib import Path
+
+import expecttest
+
+from checkout_repo import make_checkout, site_of
+from fake_install import make_fake_install, REPO, source_python, STATE_DIRNAME, TOUCHED
+
+STOCK = "PREGRAD_STOCK_PYTHON"
+CONFIG = "torch/_inductor/config.py"
+PATCH_0003 = "0003-inductor-add-pre_grad_pass_timing-early-late-default.patch"
+
+
+class ReliabilityTest(expecttest.TestCase):
+    maxDiff = None
+
+    def setUp(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="pregrad-reliability-")
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = Path(self._tmp.name)
+
+    def install(self, name: str = "install"):
+        return make_fake_install(self.tmp / name, source_python(STOCK))
+
+    def project_copy(self) -> Path:
+        """scripts/ and patches/ of this project, to damage a patch in."""
+        copy = self.tmp / "project"
+        for part in ("scripts", "patches"):
+            shutil.copytree(REPO / part, copy / part)
+        return copy
+
+    def cut_0003_before_config(self, project: Path) -> Path:
+        patch = project / "patches" / "v2.11.0" / PATCH_0003
+        text = patch.read_text()
+        patch.write_text(text[: text.index(f"diff --git a/{CONFIG}")])
+        return patch
+
+    # A damaged series is refused before anything is written.
+
+    def test_patch_cut_at_a_file_boundary_is_refused_everywhere(self) -> None:
+        project = self.project_copy()
+        self.cut_0003_before_config(project)
+        install = self.install()
+        before = install.snapshot()
+        code, output = install.run(apply=project / "scripts" / "apply.sh")
+        self.assertEqual(code, 1, output)
+        self.assertIn(f"patches/v2.11.0/{PATCH_0003}: the diffstat names {CONFIG}, but the "
+                      "patch has no diff for it (cut short?)", output)
+        self.assertEqual(install.snapshot(), before)
+        checked = subprocess.run(
+            [str(project / "scripts" / "check-patches"), "--python",
+             source_python(STOCK), "v2.11.0"], capture_output=True, text=True)
+        self.assertEqual(checked.returncode, 1)
+        self.assertIn("the diffstat says 3 file(s) changed, the patch has 2 diff section(s)",
+                      checked.stdout)
+
+    def test_patch_cut_mid_hunk_is_refused_by_checkout_mode_without_a_traceback(self) -> None:
+        project = self.project_copy()
+        patch = project / "patches" / "v2.11.0" / PATCH_0003
+        lines = patch.read_text().splitlines(keepends=True)
+        patch.write_text("".join(lines[:-20]))
+        checkout = make_checkout(self.tmp / "pytorch", site_of(source_python(STOCK)))
+        before = checkout.state()
+        code, output = checkout.run(apply=project / "scripts" / "apply.sh")
+        self.assertEqual(code, 1, output)
+        self.assertNotIn("Traceback", output)
+        self.assertRegex(output, rf"{PATCH_0003}: torch/_inductor/config.py: hunk @@ -\d+ has "
+                                 r"\d+ of \d+ old and \d+ of \d+ new line\(s\)")
+        self.assertEqual(checkout.state(), before)
+
+    def test_hand_edited_patch_that_still_applies_is_refused_by_its_post_image(self) -> None:
+        project = self.project_copy()
+        patch = project / "patches" / "v2.11.0" / PATCH_0003
+        text = patch.read_text()
+        # Same line counts, different content: only the post-image blob tells.
+        edited = text.replace('+pre_grad_pass_timing: Literal["early", "late", "default"] = ',
+                              '+pre_grad_pass_timing: Literal["early", "late", "default"]  = ', 1)
+        self.assertNotEqual(edited, text)
+        patch.write_text(edited)
+        install = self.install()
+        before = install.snapshot()
+        code, output = install.run(apply=project / "scripts" / "apply.sh")
+        self.assertEqual(code, 1, output)
+        self.assertIn(f"{PATCH_0003}: {CONFIG} came out as blob", output)
+        self.assertIn("the patch was edited or is not whole; nothing was changed", output)
+        self.assertEqual(install.snapshot(), before)
+
+    def test_patch_paths_are_confined_to_torch(self) -> None:
+        project = self.project_copy()
+        patch = project / "patches" / "v2.11.0" / PATCH_0003
+        patch.write_text(patch.read_text().replace(f"a/{CONFIG} b/{CONFIG}",
+                                                   "a/../setup.py b/../setup.py"))
+        code, output = self.install().run("--check", apply=project / "scripts" / "apply.sh")
+        self.assertEqual(code, 1)
+        self.assertIn("../setup.py: only relative paths under torch/ may be patched", output)
+
+    # Installs changed by hand are described as they are.
+
+    def test_one_file_put_back_by_hand_is_partial_then_completed_or_reverted(self) -> None:
+        install = self.install()
+        pristine = install.snapshot()
+        self.assertEqual(install.run()[0], 0)
+        patched = install.snapshot()
+        install.path(CONFIG).write_bytes(pristine[CONFIG])
+        code, output = install.run("--status")
+        self.assertEqual(code, 1)
+        self.assertIn(f"  pristine  {CONFIG}", output)
+        self.assertIn("partly reverted by hand", output)
+        code, output = install.run()
+        self.assertEqual(code, 0, output)
+        self.assertIn(f"  patched {CONFIG} again", output)
+        self.assertEqual(install.snapshot(), patched)
+        install.path(CONFIG).write_bytes(pristine[CONFIG])
+        code, output = install.run("--revert")
+        self.assertEqual(code, 0, output)
+        self.assertEqual(install.snapshot(), pristine)
+
+    def test_deleted_file_is_reported_missing(self) -> None:
+        install = self.install()
+        install.path(CONFIG).unlink()
+        before = install.snapshot()
+        code, output = install.run()
+        self.assertEqual(code, 1)
+        self.assertIn(f"<site>/{CONFIG}: is missing", output)
+        self.assertEqual(install.snapshot(), before)
+        self.assertIn(f"  missing   {CONFIG}", install.run("--status")[1])
+
+    def test_symlinked_file_is_refused_and_stays_a_link(self) -> None:
+        install = self.install()
+        real = self.tmp / "elsewhere" / "config.py"
+        real.parent.mkdir()
+        real.write_bytes(install.path(CONFIG).read_bytes())
+        install.path(CONFIG).unlink()
+        install.path(CONFIG).symlink_to(real)
+        before = real.read_bytes()
+        code, output = install.run()
+        self.assertEqual(code, 1)
+        self.assertIn(f"<site>/{CONFIG}: is a symbolic link (patch the install it points "
+                      "into instead)", output)
+        self.assertTrue(install.path(CONFIG).is_symlink())
+        self.assertEqual(real.read_bytes(), before)
+
+    def test_patched_install_without_its_backups_is_recognised(self) -> None:
+        install = self.install()
+        self.assertEqual(install.run()[0], 0)
+        shutil.rmtree(install.site / STATE_DIRNAME)
+        code, output = install.run("--status")
+        self.assertEqual(code, 1)
+        self.assertIn("patched without backups: the files are exactly what this series makes",
+                      output)
+        self.assertEqual(install.run()[0], 0)
+        before = install.snapshot()
+        code, output = install.run("--revert")
+        self.assertEqual(code, 1)
+        self.assertIn("the backups in <site>/.torch-pregrad-backport are gone, so nothing was "
+                      "reverted; reinstall torch", output)
+        self.assertEqual(install.snapshot(), before)
+
+    def test_state_dir_without_manifest_is_rolled_back(self) -> None:
+        """What a --revert killed in its final cleanup used to leave."""
+        install = self.install()
+        pristine = install.snapshot()
+        self.assertEqual(install.run()[0], 0)
+        (install.site / STATE_DIRNAME / "manifest.json").unlink()
+        code, output = install.run("--status")
+        self.assertEqual(code, 1)
+        self.assertIn("has no manifest.json (a run was killed part-way)", output)
+        code, output = install.run()
+        self.assertEqual(code, 0, output)
+        self.assertIn("rolled back an interrupted earlier run: restored 5 file(s)", output)
+        self.assertEqual(install.run("--revert")[0], 0)
+        self.assertEqual(install.snapshot(), pristine)
+
+    # Interpreters, runners and output directories.
+
+    def test_old_python_is_refused_with_the_minimum(self) -> None:
+        fake = self.tmp / "python2.7"
+        fake.write_text("#!/bin/sh\necho 'old 2.7'\n")
+        fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+        result = subprocess.run([str(REPO / "scripts" / "apply.sh"), "--python", str(fake)],
+                                capture_output=True, text=True)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stderr, f"apply.sh: {fake} is Python 2.7; apply.sh needs "
+                         "Python 3.9 or later (torch 2.9 and later need 3.10 anyway)\n")
+
+    def test_upstream_runner_without_pytest_changes_nothing(self) -> None:
+        install = self.install()  # a venv without pytest
+        checkout = self.tmp / "pytorch"
+        (checkout / "test" / "dynamo").mkdir(parents=True)
+        (checkout / "test" / "dynamo" / "test_aot_autograd_cache.py").write_text("")
+        before = install.snapshot()
+        result = subprocess.run(
+            [str(REPO / "scripts" / "run-upstream-tests.sh"), str(checkout),
+             "--python", str(install.python)], capture_output=True, text=True)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("cannot run pytest", result.stderr)
+        self.assertIn("nothing was changed", result.stderr)
+        self.assertEqual(install.snapshot(), before)
+
+    def test_overlay_refuses_listed_paths_outside_its_directory(self) -> None:
+        out = self.tmp / "overlay"
+        install = self.install()
+        self.assertEqual(install.run("--overlay", "v2.11.0", "--out", str(out))[0], 0)
+        victim = self.tmp / "victim.txt"
+        victim.write_text("keep me")
+        sums = out / "SHA256SUMS"
+        sums.write_text(sums.read_text() + f"{'0' * 64}  ../victim.txt\n")
+        code, output = install.run("--overlay", "v2.11.0", "--out", str(out))
+        self.assertEqual(code, 1)
+        self.assertIn("names '../victim.txt', which is not a file under torch/", output)
+        self.assertEqual(victim.read_text(), "keep me")
+        self.assertTrue(all((out / rel).is_file() for rel in TOUCHED))
+
+    def test_nothing_stray_is_tracked(self) -> None:
+        tracked = subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True,
+                                 text=True, check=True).stdout.splitlines()
+        stray = [path for path in tracked if path.endswith((".bak", ".orig", ".rej", ".pyc"))
+                 or path.startswith(("test-logs/", "overlay/torch/", "bench-out/"))]
+        self.assertEqual(stray, [])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -22,6 +22,7 @@ from typing import Dict, List, Optional
 from pregrad_series import apply_series
 from pregrad_wheel import (
     expected_pristine_blobs,
+    step,
     has_feature,
     load_series,
     Refused,
@@ -376,21 +377,26 @@ def check_apply(checkout: Path, base: Base, todo: List[Path]) -> int:
 
 
 def apply_as_commits(checkout: Path, todo: List[Path]) -> int:
+    """`git am -3` one patch at a time: a run killed between two patches leaves
+    a clean tree with a prefix of the series, which --status reports and the
+    next apply finishes (or --revert removes)."""
     head_before, _ = snapshot_refs(checkout)
     orig_before = orig_head(checkout)
-    result = git(checkout, "am", "-3", "--quiet", *map(str, todo), check=False)
-    if result.returncode != 0:
-        failed = re.search(r"Patch failed at (\d+) (.*)", result.stdout + result.stderr)
+    for patch in todo:
+        step(patch)
+        result = git(checkout, "am", "-3", "--quiet", str(patch), check=False)
+        if result.returncode == 0:
+            continue
         places = conflict_locations(checkout)
         errors = [line for line in (result.stdout + result.stderr).splitlines()
                   if line.startswith("error:")]
         git(checkout, "am", "--abort", check=False)
+        git(checkout, "reset", "-q", "--hard", head_before, check=False)
         restore_orig_head(checkout, orig_before)
         head_after, dirty = snapshot_refs(checkout)
         restored = head_after == head_before and not dirty.strip()
-        which = todo[int(failed.group(1)) - 1].name if failed else "a patch"
         raise Refused(
-            f"{which} does not apply, even with a 3-way merge; conflicts at:\n"
+            f"{patch.name} does not apply, even with a 3-way merge; conflicts at:\n"
             + "\n".join(f"  {place}" for place in places or errors)
             + ("\nthe am was aborted; HEAD, index and work tree are as before"
                if restored else "\nWARNING: could not restore the checkout exactly")
@@ -437,6 +443,7 @@ def cmd_revert(checkout: Path, check: bool) -> int:
     require_identity(checkout)
     orig_before = orig_head(checkout)
     for name, commit in reversed(commits):
+        step(commit)
         result = git(checkout, "revert", "--no-edit", commit, check=False)
         if result.returncode != 0:
             places = conflict_locations(checkout)

@@ -19,11 +19,21 @@ import tempfile
 import unittest
 from pathlib import Path
 
-from fake_install import FakeInstall, make_fake_install, source_python, STATE_DIRNAME, TOUCHED
+import pregrad_series
+from checkout_repo import GIT_ENV, make_checkout, site_of
+from fake_install import (
+    APPLY,
+    FakeInstall,
+    make_fake_install,
+    source_python,
+    STATE_DIRNAME,
+    TOUCHED,
+)
 
 STOCK = "PREGRAD_STOCK_PYTHON"
 FAULT = "_PREGRAD_TEST_FAULT"
-MAX_STEPS = 200  # far above any command's step count: a walk that reaches it is a bug
+MAX_STEPS = 200
+PATCH_COUNT = len(pregrad_series.load_series("v2.11.0").patches)  # far above any command's step count: a walk that reaches it is a bug
 
 
 def tree(directory: Path) -> dict[str, bytes]:
@@ -160,6 +170,49 @@ class FaultInjectionTest(unittest.TestCase):
         else:
             self.fail("the overlay walk never finished")
         self.assertGreater(index, 3)
+
+    def checkout_walk(self, command: tuple[str, ...], start_patched: bool) -> int:
+        """Kill checkout mode before each git step that writes; after each kill
+        the tree is clean, --status counts the patches truthfully, and a plain
+        rerun ends at the tree of a clean run."""
+        site = site_of(source_python(STOCK))
+        reference = make_checkout(self.tmp / "checkout-reference", site)
+        base_tree = reference.git("rev-parse", "HEAD^{tree}").strip()
+        self.assertEqual(reference.run()[0], 0)
+        patched_tree = reference.git("rev-parse", "HEAD^{tree}").strip()
+        expected_tree = base_tree if command else patched_tree
+        for index in range(MAX_STEPS):
+            checkout = make_checkout(self.tmp / f"checkout-{next(self.count)}", site)
+            if start_patched:
+                self.assertEqual(checkout.run()[0], 0)
+            start = checkout.git("rev-parse", "HEAD").strip()
+            env = {FAULT: f"kill:{index}"}
+            result = subprocess.run([str(APPLY), str(checkout.path), *command],
+                                    capture_output=True, text=True,
+                                    env={**os.environ, **GIT_ENV, **env})
+            if result.returncode == 0:
+                return index
+            where = f"apply.sh CHECKOUT {' '.join(command)} killed at step {index}"
+            self.assertEqual(result.returncode, 137, f"{where}: {result.stderr}")
+            state = checkout.state()
+            self.assertEqual(state["in_progress"], [], where)
+            self.assertEqual(checkout.git("status", "--porcelain", "--untracked-files=no"),
+                             "", where)
+            applied = sum(1 for line in checkout.run("--status")[1].splitlines()
+                          if line.strip().startswith("applied "))
+            made = int(checkout.git("rev-list", "--count", f"{start}..HEAD").strip())
+            self.assertEqual(applied, PATCH_COUNT - made if start_patched else made, where)
+            code, output = checkout.run(*command)
+            self.assertEqual(code, 0, f"{where}, rerun: {output}")
+            self.assertEqual(checkout.git("rev-parse", "HEAD^{tree}").strip(), expected_tree,
+                             where)
+        self.fail("the checkout walk never finished")
+
+    def test_checkout_apply_killed_between_git_steps_is_finished_by_a_rerun(self) -> None:
+        self.assertGreater(self.checkout_walk((), start_patched=False), 3)
+
+    def test_checkout_revert_killed_between_git_steps_is_finished_by_a_rerun(self) -> None:
+        self.assertGreater(self.checkout_walk(("--revert",), start_patched=True), 3)
 
     @unittest.skipUnless(os.geteuid() == 0 and Path("/usr/bin/python3").exists(),
                          "needs root to run apply.sh as another user, and /usr/bin/python3")

@@ -75,7 +75,8 @@ class RunUpstreamTestsTest(expecttest.TestCase):
         code, output = self.run_runner()
         self.assertEqual(code, 1, output)
         self.assertExpectedInline(output, """\
-3 tests on stock, 3 on patched
+stock: 2 passed, 1 failed, 0 skipped
+patched: 2 passed, 1 failed, 0 skipped
 regressions (pass stock, fail patched): 1
   test                                             stock   patched
   dynamo.test_stand_in::test_config_has_no_timing  passed  failed

@@ -111,7 +111,8 @@ run() {  # run LABEL PYTHON SUITE EXPECT(pass|VERSION) [PYTEST_ARGS]: pytest, th
 
 for base in "${selected[@]}"; do
   version="${base#v}"
-  for suite in test/dynamo/test_pre_grad_pass_timing.py test/dynamo/test_pre_grad_results.py; do
+  for suite in test/dynamo/test_pre_grad_pass_timing.py test/dynamo/test_pre_grad_stale_hits.py \
+               test/dynamo/test_pre_grad_results.py; do
     if [ ${#pytest_args[@]} -eq 0 ]; then
       # The random-stack property proves nothing on stock (it may or may not
       # draw a failing cell); the table cells are what stock is checked on.

@@ -2,6 +2,7 @@
 
 Usage: python3 scripts/junit_summary.py REPORT.xml [--expect-all-failed]
        python3 scripts/junit_summary.py REPORT.xml --expect-stock VERSION
+       python3 scripts/junit_summary.py REPORT.xml --by-suite [--expect-stock VERSION]
        python3 scripts/junit_summary.py --compare STOCK.xml PATCHED.xml
 
 Prints "N passed, N failed, N skipped" (errors count as failed). With
@@ -13,6 +14,9 @@ With --expect-stock VERSION each test must have the outcome that
 test/dynamo/stock_expectations.py gives for stock torch VERSION: a test that
 passes where the defect it checks is present, or fails where it is not, is
 listed and the exit status is 1. It prints "N passed, N failed, N expected-fail".
+
+--by-suite prints one "file|counts|verdict" line per test file of the report,
+checked as above (or, without --expect-stock, every test must pass).
 
 --compare prints a table of the tests that pass on stock torch but fail on
 patched torch (regressions; exit 1 if any) and of those fixed the other way.
@@ -74,6 +78,39 @@ def check_stock(report: str, version: str) -> int:
     return 1 if wrong or not (passed or expected_fail) else 0
 
 
+def by_suite(report: str, version: str | None) -> int:
+    """One line per test file: "file|counts|verdict". Without `version` every
+    test must pass; with it, each must do what stock_expectations.py says for
+    stock torch `version`. Tests that do otherwise go to stderr; exit 1 then."""
+    from stock_expectations import expected_outcome
+
+    suites: dict[str, list[int]] = {}
+    wrong: list[str] = []
+    for test, outcome in by_test(report).items():
+        module = test.split("::", 1)[0].rsplit(".", 2)[-2] + ".py"
+        name = test.split("::", 1)[1]
+        expected = expected_outcome(version, module, name) if version else "pass"
+        counts = suites.setdefault(module, [0, 0, 0, 0])  # passed, failed, xfail, skipped
+        if outcome == "skipped":
+            counts[3] += 1
+        elif outcome == "failed" and expected in ("fail", "any"):
+            counts[2] += 1
+        elif outcome == "passed" and expected in ("pass", "any"):
+            counts[0] += 1
+        else:
+            counts[1] += 1
+            where = f"on stock {version}" if version else "patched"
+            wrong.append(f"  {outcome} {where}, expected {expected}: {test}")
+    for module, (passed, failed, xfail, skipped) in sorted(suites.items()):
+        verdict = ("ok" if not failed else "FAILED") + (
+            " (fails exactly where expected)" if version and not failed else "")
+        print(f"{module}|{passed} passed, {failed} failed, {xfail} expected-fail"
+              + (f", {skipped} skipped" if skipped else "") + f"|{verdict}")
+    for line in wrong:
+        print(line, file=sys.stderr)
+    return 1 if wrong or not suites else 0
+
+
 def compare(stock_report: str, patched_report: str) -> int:
     stock, patched = by_test(stock_report), by_test(patched_report)
     regressions = sorted(t for t in stock if stock[t] == "passed" and patched.get(t) == "failed")
@@ -101,6 +138,11 @@ def main(argv: list[str]) -> int:
         return compare(argv[1], argv[2])
     if len(argv) == 3 and argv[1] == "--expect-stock":
         return check_stock(argv[0], argv[2])
+    if len(argv) in (2, 4) and argv[1] == "--by-suite":
+        if len(argv) == 4 and argv[2] != "--expect-stock":
+            print(__doc__.strip(), file=sys.stderr)
+            return 2
+        return by_suite(argv[0], argv[3] if len(argv) == 4 else None)
     if not argv or argv[0].startswith("-"):
         print(__doc__.strip(), file=sys.stderr)
         return 2

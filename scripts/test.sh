@@ -7,18 +7,19 @@
 # $PREGRAD_CACHE/venvs (scripts/venv.sh; the first run downloads about 4.6 GB
 # per version), makes a hard-linked copy of it and applies the base's series
 # there (apply.sh writes each file by atomic rename, so the stock venv keeps
-# its bytes and the copy costs a few MB), then runs:
-#   - test/dynamo on the stock build: each test must pass or fail exactly as
-#     test/dynamo/stock_expectations.py says (the behaviour tests fail on every
-#     base without the feature; the result tests fail where upstream returns
-#     wrong numbers), so a test that cannot fail is caught;
-#   - test/dynamo on the patched build: every test must pass;
-#   - once, test/tools (apply.sh, check-patches, the series) against small
-#     installs built from the stock 2.11.0 and 2.12.0 venvs.
-# At the end it prints a table build x suite -> passed / failed /
-# expected-fail and a summary line. Full pytest output, expected failures
-# included, goes to log files under $PREGRAD_LOGS (default: test-logs/ in the
-# repository), not to the terminal.
+# its bytes and the copy costs a few MB), then runs test/dynamo on the stock
+# and the patched build side by side (two pytest processes):
+#   - stock: each test must pass or fail exactly as
+#     test/dynamo/stock_expectations.py says (the behaviour and stale-hit tests
+#     fail on every base without the feature; the result tests fail where
+#     upstream returns wrong numbers), so a test that cannot fail is caught;
+#   - patched: every test must pass.
+# Then, once, test/tools (apply.sh, check-patches, the series, fault
+# injection) against small installs built from the stock 2.11.0 and 2.12.0
+# venvs. At the end it prints a table build x suite -> passed / failed /
+# expected-fail with a verdict, and a summary line. Full pytest output,
+# expected failures included, goes to log files under $PREGRAD_LOGS (default:
+# test-logs/ in the repository), not to the terminal.
 #
 # --bases LIST     comma-separated bases to test (default: every base with a
 #                  series); the tool suite runs whenever v2.11.0 and v2.12.0
@@ -79,57 +80,63 @@ done
 export PYTORCH_PRINT_REPRO_ON_FAILURE=0
 status=0 total_passed=0 total_failed=0 total_xfail=0
 rows=()
+dynamo_suites=(test/dynamo/test_pre_grad_pass_timing.py test/dynamo/test_pre_grad_stale_hits.py
+               test/dynamo/test_pre_grad_results.py)
 
-run() {  # run LABEL PYTHON SUITE EXPECT(pass|VERSION) [PYTEST_ARGS]: pytest, then the verdict
-  local label="$1" python="$2" suite="$3" expect="$4" counts code=0 verdict
-  local log="$logs/$label.$(basename "$suite" .py).log" xml="$logs/$label.$(basename "$suite" .py).xml"
-  step "$label: $suite"
-  "$python" -m pytest "$suite" -q -p no:randomly --tb=short --junitxml="$xml" \
-    "${@:5}" "${pytest_args[@]}" >"$log" 2>&1 || code=$?
-  if [ ! -f "$xml" ]; then
-    rows+=("$label|$suite|pytest did not run (exit $code), see $log"); status=1
-    total_failed=$((total_failed + 1)); return
-  fi
-  if [ "$expect" = pass ]; then
-    counts="$(python3 "$here/junit_summary.py" "$xml")"
-    read -r p _ f _ <<<"$counts"
-    verdict="ok"
-    [ "$code" -eq 0 ] && [ "$f" -eq 0 ] || { verdict="FAILED, see $log"; status=1; }
-    total_passed=$((total_passed + p)); total_failed=$((total_failed + f))
-    rows+=("$label|$suite|$counts, 0 expected-fail|$verdict")
-    return
-  fi
-  if counts="$(python3 "$here/junit_summary.py" "$xml" --expect-stock "$expect" 2>>"$log")"; then
-    verdict="ok (fails exactly where expected)"
-  else
-    verdict="FAILED: outcomes differ from stock_expectations.py, see the end of $log"; status=1
-  fi
-  read -r p _ f _ x _ <<<"$counts"
-  total_passed=$((total_passed + p)); total_failed=$((total_failed + f)); total_xfail=$((total_xfail + x))
-  rows+=("$label|$suite|$counts|$verdict")
+start_pytest() {  # start_pytest LABEL PYTHON [PYTEST_ARGS...]: in the background, output to files
+  local label="$1" python="$2"
+  "$python" -m pytest -q -p no:randomly --tb=short --junitxml="$logs/$label.xml" \
+    "${@:3}" ${pytest_args[@]+"${pytest_args[@]}"} >"$logs/$label.log" 2>&1 &
 }
 
+verdict() {  # verdict LABEL [VERSION]: one row per suite of LABEL's report
+  local label="$1" version="${2:-}" line suite counts result p f x
+  if [ ! -f "$logs/$label.xml" ]; then
+    rows+=("$label|-|pytest did not run|FAILED, see $logs/$label.log"); status=1
+    total_failed=$((total_failed + 1)); return
+  fi
+  local args=("$logs/$label.xml" --by-suite)
+  [ -z "$version" ] || args+=(--expect-stock "$version")
+  local output code=0
+  output="$(python3 "$here/junit_summary.py" "${args[@]}" 2>>"$logs/$label.log")" || code=$?
+  while IFS='|' read -r suite counts result; do
+    [ -n "$suite" ] || continue
+    read -r p _ f _ x _ <<<"$counts"
+    total_passed=$((total_passed + p)); total_failed=$((total_failed + f))
+    total_xfail=$((total_xfail + x))
+    [ "$result" = "${result#FAILED}" ] || result="$result, see the end of $logs/$label.log"
+    rows+=("$label|$suite|$counts|$result")
+  done <<<"$output"
+  [ "$code" -eq 0 ] || status=1
+}
+
+# Stock and patched builds of a base run side by side: two pytest processes
+# for two cores (each compile is single-threaded).
 for base in "${selected[@]}"; do
   version="${base#v}"
-  for suite in test/dynamo/test_pre_grad_pass_timing.py test/dynamo/test_pre_grad_stale_hits.py \
-               test/dynamo/test_pre_grad_results.py; do
-    if [ ${#pytest_args[@]} -eq 0 ]; then
-      # The random-stack property proves nothing on stock (it may or may not
-      # draw a failing cell); the table cells are what stock is checked on.
-      run "stock-$version" "${stock[$base]}" "$suite" "$version" -k "not random_stacks"
-    fi
-    run "patched-$version" "${patched[$base]}" "$suite" pass
-  done
+  step "$base: stock and patched, ${dynamo_suites[*]##*/} (logs: $logs/*-$version.log)"
+  if [ ${#pytest_args[@]} -eq 0 ]; then
+    # The random-stack property proves nothing on stock (it may or may not
+    # draw a failing cell); the table cells are what stock is checked on.
+    start_pytest "stock-$version" "${stock[$base]}" "${dynamo_suites[@]}" -k "not random_stacks"
+  fi
+  start_pytest "patched-$version" "${patched[$base]}" "${dynamo_suites[@]}"
+  wait
+  [ ${#pytest_args[@]} -ne 0 ] || verdict "stock-$version" "$version"
+  verdict "patched-$version"
 done
 if [ -n "${stock[v2.11.0]:-}" ] && [ -n "${stock[v2.12.0]:-}" ]; then
+  step "tools: test/tools (logs: $logs/tools.log)"
   export PREGRAD_STOCK_PYTHON="${stock[v2.11.0]}" PREGRAD_UPSTREAM_PYTHON="${stock[v2.12.0]}"
-  run "tools" "${patched[v2.11.0]}" test/tools pass
+  start_pytest tools "${patched[v2.11.0]}" test/tools
+  wait
+  verdict tools
 fi
 
-printf '\n%-16s %-42s %-42s %s\n' build suite outcome verdict
+printf '\n%-16s %-32s %-44s %s\n' build suite outcome verdict
 for row in "${rows[@]}"; do
-  IFS='|' read -r label suite counts verdict <<<"$row"
-  printf '%-16s %-42s %-42s %s\n' "$label" "$suite" "$counts" "$verdict"
+  IFS='|' read -r label suite counts result <<<"$row"
+  printf '%-16s %-32s %-44s %s\n' "$label" "$suite" "$counts" "$result"
 done
 echo "logs: $logs ($(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s)"
 echo "expected failures on stock builds: $total_xfail (each one a defect or missing feature the tests detect)"

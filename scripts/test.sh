@@ -7,7 +7,8 @@
 # $PREGRAD_CACHE/venvs (scripts/venv.sh; the first run downloads about 4.6 GB
 # per version), makes a hard-linked copy of it and applies the base's series
 # there (apply.sh writes each file by atomic rename, so the stock venv keeps
-# its bytes and the copy costs a few MB), then runs test/dynamo on the stock
+# its bytes and the copy costs a few MB), installs redis-server if it is
+# missing (as root, with apt-get), then runs test/dynamo on the stock
 # and the patched build side by side (two pytest processes):
 #   - stock: each test must pass or fail exactly as
 #     test/dynamo/stock_expectations.py says (the behaviour and stale-hit tests
@@ -61,6 +62,18 @@ mkdir -p "$logs"
 step() { printf '== %s\n' "$*" >&2; }
 started=$SECONDS
 
+# The remote-cache tests run a real redis-server (Debian's package).
+if ! command -v redis-server >/dev/null; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    step "installing redis-server (apt-get; logs: $logs/apt.log)"
+    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server; } \
+      >"$logs/apt.log" 2>&1 || { echo "test.sh: apt-get install redis-server failed; see $logs/apt.log" >&2; exit 1; }
+  else
+    echo "test.sh: redis-server is missing; install it (sudo apt-get install redis-server) and rerun" >&2
+    exit 1
+  fi
+fi
+
 declare -A stock patched
 step "venvs (logs: $logs/venvs.log)"
 for base in "${selected[@]}"; do
@@ -81,7 +94,7 @@ export PYTORCH_PRINT_REPRO_ON_FAILURE=0
 status=0 total_passed=0 total_failed=0 total_xfail=0
 rows=()
 dynamo_suites=(test/dynamo/test_pre_grad_pass_timing.py test/dynamo/test_pre_grad_stale_hits.py
-               test/dynamo/test_pre_grad_results.py)
+               test/dynamo/test_pre_grad_remote_cache.py test/dynamo/test_pre_grad_results.py)
 
 start_pytest() {  # start_pytest LABEL PYTHON [PYTEST_ARGS...]: in the background, output to files
   local label="$1" python="$2"

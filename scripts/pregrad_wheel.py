@@ -195,7 +195,7 @@ def inspect(install: Install) -> Status:
     if manifest is None and install.state_dir.exists():
         # A state directory without its manifest: a run was killed while
         # writing or removing it.
-        lines = [f"  {install.state_dir} has no {MANIFEST} (a run was killed part-way)"]
+        lines = [f"  {install.state_dir} has no manifest.json (a run was killed part-way)"]
         return Status("interrupted", install, series, lines, manifest)
     if manifest is not None and manifest.get("state") != "applied":
         lines = [f"  {manifest.get('state')} run stopped part-way"]

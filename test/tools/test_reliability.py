@@ -8,6 +8,7 @@ a scratch directory), so the repository's own patches are never touched.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -224,6 +225,28 @@ class ReliabilityTest(expecttest.TestCase):
         self.assertIn("names '../victim.txt', which is not a file under torch/", output)
         self.assertEqual(victim.read_text(), "keep me")
         self.assertTrue(all((out / rel).is_file() for rel in TOUCHED))
+
+    def test_readme_table_of_what_can_go_wrong_matches_code_and_tests(self) -> None:
+        """Every message fragment quoted in the README's table is in the
+        scripts, and every test it names exists."""
+        readme = (REPO / "README.md").read_text()
+        table = readme[readme.index("## What can go wrong"):]
+        rows = [line for line in table.splitlines() if line.startswith("| ") and "`test_" in line]
+        self.assertGreater(len(rows), 15)
+        scripts = "".join(path.read_text() for path in (REPO / "scripts").iterdir()
+                          if path.is_file())
+        tests = "".join(path.read_text() for path in (REPO / "test" / "tools").glob("*.py"))
+        for row in rows:
+            said = row.split(" | ")[1]
+            for fragment in re.findall(r'"([^"]+)"', said):
+                for piece in fragment.split(" … "):
+                    piece = piece.strip("… ")
+                    if piece:
+                        self.assertTrue(piece in scripts,
+                                        f"{piece!r} of the README row {row[:60]!r} is "
+                                        "in no script")
+            for name in re.findall(r"`(test_\w+)`", row.split(" | ")[-1]):
+                self.assertTrue(f"def {name}(" in tests, f"no test {name} in test/tools")
 
     def test_nothing_stray_is_tracked(self) -> None:
         tracked = subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True,

@@ -25,7 +25,6 @@ import pregrad_checkout  # noqa: E402
 import pregrad_wheel  # noqa: E402
 
 SERIES = pregrad_wheel.load_series("v2.11.0")
-HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@", re.MULTILINE)
 
 
 def stock_site() -> Path:
@@ -46,13 +45,11 @@ def hunk_lines(rel: str) -> set[int]:
     widened by 3 lines: edits there may legitimately conflict."""
     covered: set[int] = set()
     for patch in SERIES.patches:
-        text = patch.read_text()
-        if f"diff --git a/{rel} " not in text:
-            continue
-        section = text.split(f"diff --git a/{rel} b/{rel}\n", 1)[1].split("\ndiff --git ", 1)[0]
-        for match in HUNK.finditer(section):
-            start, length = int(match.group(1)), int(match.group(2) or 1)
-            covered.update(range(start - 3, start + length + 3))
+        for diff in patch.files:
+            if diff.path == rel:
+                for hunk in diff.hunks:
+                    covered.update(range(hunk.old_start - 3,
+                                         hunk.old_start + max(hunk.old_lines, 1) + 3))
     return covered
 
 

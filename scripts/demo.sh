@@ -2,12 +2,14 @@
 # Usage: scripts/demo.sh [--upstream]
 #        scripts/demo.sh --help
 #
-# The main job, on a fresh machine: sets up torch 2.11.0 in two venvs under
-# $PREGRAD_CACHE/venvs (stock, and one that this run patches with
-# scripts/apply.sh), then compiles a small model cold and warm on each and
-# prints, side by side, how often Inductor ran its pre-grad passes and what
-# the AOTAutograd and FX graph caches did. With --upstream, torch 2.12.0 (the
-# release with the feature) gets a column too.
+# The main job, on a fresh machine: sets up a venv with torch 2.11.0 under
+# $PREGRAD_CACHE/venvs and a hard-linked copy of it that this run patches
+# with scripts/apply.sh, then compiles a small model cold and warm on each and
+# prints, side by side, how often Inductor ran its pre-grad passes, what the
+# AOTAutograd and FX graph caches did, and whether the result equals eager
+# (the last row is the results fix: conv -> BatchNorm under freezing). With
+# --upstream, stock torch 2.12.0 (the release with the feature, and the
+# wrong-result bug) gets a column too.
 #
 # Venvs are reused on later runs (scripts/venv.sh); the first run downloads
 # about 4.6 GB and takes a few minutes, each model report about 30 s.
@@ -29,9 +31,8 @@ step() { printf '\n== %s\n' "$*" >&2; }
 
 step "1/4 venv with stock torch 2.11.0"
 stock="$("$here/venv.sh" 2.11.0 | tail -n 1)"
-step "2/4 venv with torch 2.11.0 to patch"
-patched="$("$here/venv.sh" 2.11.0 torch-2.11.0-patched | tail -n 1)"
-"$here/apply.sh" --python "$patched"
+step "2/4 hard-linked copy of it, patched with scripts/apply.sh"
+patched="$("$here/venv.sh" 2.11.0 --patched-copy torch-2.11.0-patched | tail -n 1)"
 "$here/apply.sh" --python "$patched" --status
 columns=("stock 2.11.0=$stock" "patched 2.11.0=$patched")
 if [ -n "$upstream" ]; then
@@ -64,4 +65,7 @@ Reading it: on a warm start the AOTAutogradCache hits on every build. Stock
 2.11.0 still runs the pre-grad passes (pre-grad 1); patched 2.11.0 skips them
 (0), like 2.12.0, unless the custom pass has no uuid() and so must run before
 the lookup ("default" timing falls back to "early", with a one-time warning).
+The last row compiles for CPU inference with freezing, which the
+AOTAutogradCache never serves: the result must equal eager, and on stock
+2.12.0 (--upstream) it does not.
 TEXT

@@ -7,7 +7,9 @@ Runs under the interpreter whose torch is being shown. For each scenario
 one step of a small MLP with torch.compile against an empty cache directory
 (cold), resets Dynamo and does it again (warm), counting how often Inductor
 ran its pre-grad passes and the AOTAutograd / FX graph cache hits, misses and
-bypasses. scripts/effect_table.py prints the reports of several torch builds
+bypasses. A last scenario is the results fix: a conv -> BatchNorm module
+compiled for CPU inference with freezing through compile_fx, compared with
+eager (freezing bypasses the AOTAutogradCache). scripts/effect_table.py prints the reports of several torch builds
 side by side.
 """
 
@@ -78,6 +80,36 @@ def compile_once(model: torch.nn.Module, inputs: torch.Tensor, calls: list[int])
     }
 
 
+def conv_bn_freezing(calls: list[int]) -> dict[str, Any]:
+    """The results fix: conv -> BatchNorm in eval mode, CPU inference with
+    freezing, an FX graph from symbolic_trace handed to compile_fx. Upstream
+    2.12.0-2.14.1 fold the BN after the conv weights were captured."""
+    from torch._inductor.compile_fx import compile_fx
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8)).eval()
+    model[1].running_mean.uniform_(-1, 1)
+    model[1].running_var.uniform_(0.5, 2)
+    inputs = torch.randn(2, 3, 8, 8)
+    torch._dynamo.reset()
+    counters.clear()
+    before = calls[0]
+    with torch.no_grad(), inductor_config.patch(freezing=True):
+        expected = model(inputs)
+        out = compile_fx(torch.fx.symbolic_trace(model), [inputs])(inputs)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    return {
+        "pre_grad_runs": calls[0] - before,
+        "aot_hit": counters["aot_autograd"]["autograd_cache_hit"],
+        "aot_miss": counters["aot_autograd"]["autograd_cache_miss"],
+        "aot_bypass": counters["aot_autograd"]["autograd_cache_bypass"],
+        "fx_hit": counters["inductor"]["fxgraph_cache_hit"],
+        "fx_miss": counters["inductor"]["fxgraph_cache_miss"],
+        "fx_bypass": counters["inductor"]["fxgraph_cache_bypass"],
+        "matches_eager": bool(torch.allclose(out, expected, atol=1e-4, rtol=1e-4)),
+    }
+
+
 def main() -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -103,6 +135,16 @@ def main() -> None:
             warm = compile_once(model, inputs, calls)
         report["scenarios"][name] = {"cold": cold, "warm": warm}
         print(f"  {torch.__version__}: {name} done", file=sys.stderr, flush=True)
+    name = "conv-bn, freezing, compile_fx"
+    with (
+        tempfile.TemporaryDirectory() as cache_dir,
+        fresh_cache(dir=cache_dir),
+        count_run_pre_grad_passes() as calls,
+    ):
+        cold = conv_bn_freezing(calls)
+        warm = conv_bn_freezing(calls)
+    report["scenarios"][name] = {"cold": cold, "warm": warm}
+    print(f"  {torch.__version__}: {name} done", file=sys.stderr, flush=True)
     print(json.dumps(report))
 
 

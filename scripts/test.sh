@@ -81,13 +81,11 @@ for base in "${selected[@]}"; do
   if ! stock[$base]="$("$here/venv.sh" "$version" 2>>"$logs/venvs.log" | tail -n 1)"; then
     echo "test.sh: could not set up torch $version; see $logs/venvs.log" >&2; exit 1
   fi
-  copy="$cache/venvs/torch-$version-patched"
-  rm -rf "$copy"
-  cp -al "$(dirname "$(dirname "${stock[$base]}")")" "$copy"
-  "$here/apply.sh" --python "$copy/bin/python" >>"$logs/venvs.log" 2>&1 \
-    || { echo "test.sh: applying $base failed; see $logs/venvs.log" >&2; exit 1; }
-  patched[$base]="$copy/bin/python"
-  echo "   $base: stock ${stock[$base]}, patched $copy" >&2
+  if ! patched[$base]="$("$here/venv.sh" "$version" --patched-copy "torch-$version-patched" \
+                         2>>"$logs/venvs.log" | tail -n 1)"; then
+    echo "test.sh: applying $base to a copy of the venv failed; see $logs/venvs.log" >&2; exit 1
+  fi
+  echo "   $base: stock ${stock[$base]}, patched ${patched[$base]}" >&2
 done
 
 export PYTORCH_PRINT_REPRO_ON_FAILURE=0

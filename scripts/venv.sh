@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Usage: scripts/venv.sh VERSION [NAME]
+#        scripts/venv.sh VERSION --patched-copy NAME
 #        scripts/venv.sh --help
 #
 # Makes sure a virtual environment with torch==VERSION and the test
@@ -9,6 +10,11 @@
 # whose install was interrupted is rebuilt. The first install downloads about
 # 4.6 GB (torch and its CUDA libraries; they run on the CPU too); pip's cache
 # makes later ones local.
+#
+# --patched-copy NAME makes sure the stock venv torch-VERSION exists, then
+# makes NAME afresh as a hard-linked copy of it (a few MB, under a second)
+# and applies the series to the copy with scripts/apply.sh, which replaces
+# files by atomic rename: the stock venv keeps its bytes.
 #
 # Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport),
 # PYTHON (default python3): the interpreter the venv is made from.
@@ -21,6 +27,18 @@ case "${1:-}" in
   "") usage >&2; exit 2 ;;
 esac
 version="$1"
+if [ "${2:-}" = --patched-copy ]; then
+  [ $# -eq 3 ] || { usage >&2; exit 2; }
+  here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+  stock="$("$here/venv.sh" "$version" | tail -n 1)"
+  cache="${PREGRAD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pregrad-backport}"
+  copy="$cache/venvs/$3"
+  rm -rf "$copy"
+  cp -al "$(dirname "$(dirname "$stock")")" "$copy"
+  "$here/apply.sh" --python "$copy/bin/python" >&2
+  echo "$copy/bin/python"
+  exit 0
+fi
 name="${2:-torch-$version}"
 [ $# -le 2 ] || { usage >&2; exit 2; }
 

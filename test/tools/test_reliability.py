@@ -249,6 +249,33 @@ class ReliabilityTest(expecttest.TestCase):
             for name in re.findall(r"`(test_\w+)`", row.split(" | ")[-1]):
                 self.assertTrue(f"def {name}(" in tests, f"no test {name} in test/tools")
 
+    def test_summary_counts_tests_per_suite_and_checks_stock_expectations(self) -> None:
+        """test.sh's table: per suite passed / failed / expected-fail, where a
+        stock test that passes although its defect is there counts as failed."""
+        report = self.tmp / "report.xml"
+        cell = "test_matches_eager_timing_late_freezing_entry_compile_fx_model_name_conv_bn"
+        report.write_text(f"""<testsuites><testsuite>
+<testcase classname="test.dynamo.test_pre_grad_results.PreGradResultsTests" name="{cell}"/>
+<testcase classname="test.dynamo.test_pre_grad_pass_timing.PreGradPassTimingTests"
+  name="test_config_default_is_default"><failure/></testcase>
+</testsuite></testsuites>""")
+        summary = REPO / "scripts" / "junit_summary.py"
+        result = subprocess.run(["python3", str(summary), str(report), "--by-suite",
+                                 "--expect-stock", "2.12.0"], capture_output=True, text=True)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stdout, (
+            "test_pre_grad_pass_timing.py|0 passed, 1 failed, 0 expected-fail|FAILED\n"
+            "test_pre_grad_results.py|0 passed, 1 failed, 0 expected-fail|FAILED\n"))
+        self.assertIn(f"passed on stock 2.12.0, expected fail: "
+                      f"test.dynamo.test_pre_grad_results.PreGradResultsTests::{cell}",
+                      result.stderr)
+        result = subprocess.run(["python3", str(summary), str(report), "--by-suite",
+                                 "--expect-stock", "2.11.0"], capture_output=True, text=True)
+        # 2.11.0 has no timing option, so that cell must fail there too.
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("test_pre_grad_pass_timing.py|0 passed, 0 failed, 1 expected-fail|ok",
+                      result.stdout)
+
     def test_nothing_stray_is_tracked(self) -> None:
         tracked = subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True,
                                  text=True, check=True).stdout.splitlines()

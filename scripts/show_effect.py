@@ -63,21 +63,27 @@ def train_step(model: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     return out.detach()
 
 
-def compile_once(model: torch.nn.Module, inputs: torch.Tensor, calls: list[int]) -> dict[str, Any]:
-    torch._dynamo.reset()
-    counters.clear()
-    before = calls[0]
-    out = train_step(torch.compile(model), inputs)
+def outcome(pre_grad_runs: int, matches_eager: bool) -> dict[str, Any]:
+    """One compile's report: pre-grad pass runs, the caches' counters since
+    they were last cleared, and whether the result equals eager."""
     return {
-        "pre_grad_runs": calls[0] - before,
+        "pre_grad_runs": pre_grad_runs,
         "aot_hit": counters["aot_autograd"]["autograd_cache_hit"],
         "aot_miss": counters["aot_autograd"]["autograd_cache_miss"],
         "aot_bypass": counters["aot_autograd"]["autograd_cache_bypass"],
         "fx_hit": counters["inductor"]["fxgraph_cache_hit"],
         "fx_miss": counters["inductor"]["fxgraph_cache_miss"],
         "fx_bypass": counters["inductor"]["fxgraph_cache_bypass"],
-        "matches_eager": bool(torch.allclose(out, model(inputs).detach())),
+        "matches_eager": matches_eager,
     }
+
+
+def compile_once(model: torch.nn.Module, inputs: torch.Tensor, calls: list[int]) -> dict[str, Any]:
+    torch._dynamo.reset()
+    counters.clear()
+    before = calls[0]
+    out = train_step(torch.compile(model), inputs)
+    return outcome(calls[0] - before, bool(torch.allclose(out, model(inputs).detach())))
 
 
 def conv_bn_freezing(calls: list[int]) -> dict[str, Any]:
@@ -98,16 +104,7 @@ def conv_bn_freezing(calls: list[int]) -> dict[str, Any]:
         expected = model(inputs)
         out = compile_fx(torch.fx.symbolic_trace(model), [inputs])(inputs)
     out = out[0] if isinstance(out, (list, tuple)) else out
-    return {
-        "pre_grad_runs": calls[0] - before,
-        "aot_hit": counters["aot_autograd"]["autograd_cache_hit"],
-        "aot_miss": counters["aot_autograd"]["autograd_cache_miss"],
-        "aot_bypass": counters["aot_autograd"]["autograd_cache_bypass"],
-        "fx_hit": counters["inductor"]["fxgraph_cache_hit"],
-        "fx_miss": counters["inductor"]["fxgraph_cache_miss"],
-        "fx_bypass": counters["inductor"]["fxgraph_cache_bypass"],
-        "matches_eager": bool(torch.allclose(out, expected, atol=1e-4, rtol=1e-4)),
-    }
+    return outcome(calls[0] - before, bool(torch.allclose(out, expected, atol=1e-4, rtol=1e-4)))
 
 
 def main() -> None:

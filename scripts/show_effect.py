@@ -132,7 +132,7 @@ def main() -> None:
             warm = compile_once(model, inputs, calls)
         report["scenarios"][name] = {"cold": cold, "warm": warm}
         print(f"  {torch.__version__}: {name} done", file=sys.stderr, flush=True)
-    name = "conv-bn, freezing, compile_fx"
+    name = "conv-bn, freezing (fx)"
     with (
         tempfile.TemporaryDirectory() as cache_dir,
         fresh_cache(dir=cache_dir),

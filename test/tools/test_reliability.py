@@ -198,6 +198,16 @@ class ReliabilityTest(expecttest.TestCase):
         self.assertEqual(result.stderr, f"apply.sh: {fake} is Python 2.7; apply.sh needs "
                          "Python 3.9 or later (torch 2.9 and later need 3.10 anyway)\n")
 
+    def test_check_patches_refuses_an_old_python(self) -> None:
+        fake = self.tmp / "python2.7"
+        fake.write_text("#!/bin/sh\necho 2.7\n")
+        fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+        result = subprocess.run([str(REPO / "scripts" / "check-patches"), "--python", str(fake)],
+                                capture_output=True, text=True)
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr, f"check-patches: {fake} is Python 2.7; it needs "
+                         "Python 3.9 or later\n")
+
     def test_upstream_runner_without_pytest_changes_nothing(self) -> None:
         install = self.install()  # a venv without pytest
         checkout = self.tmp / "pytorch"

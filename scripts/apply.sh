@@ -15,12 +15,19 @@
 #                        RECORD hashes; otherwise it refuses, names the files and
 #                        changes nothing. Originals are kept beside the install
 #                        (site-packages/.torch-pregrad-backport/) for --revert.
-#                        A second apply says "already applied" and exits 0; a
-#                        torch that already has pre_grad_pass_timing (2.12+, or a
-#                        build carrying the feature) is reported and left alone.
+#                        A second apply says "already applied" and exits 0.
+#                        2.12.0, 2.13.0 and 2.14.1 have the feature and get their
+#                        results fixes; a torch with the feature but no series
+#                        here (2.12.1, 2.15, a vendor build) is reported and left
+#                        alone. The run refuses before writing if it could not
+#                        write every file (run it as the install's owner).
 #   --check              say what would happen; write nothing
-#   --status             print pristine / patched / modified for that install
-#   --revert             restore the originals, checked against RECORD again
+#   --status             pristine / patched / partly reverted by hand / patched
+#                        without backups / modified / outdated / interrupted /
+#                        has the feature / unsupported (exit 0 for pristine,
+#                        patched and has the feature)
+#   --revert             restore the originals, checked against RECORD again;
+#                        also finishes or rolls back an interrupted run
 #
 # PyTorch checkout or release branch (a git work tree of pytorch/pytorch):
 #   CHECKOUT             identify the base by the content of the files the series

@@ -39,8 +39,12 @@
 #                        that is not a PyTorch checkout, an unknown base, and a
 #                        conflict the 3-way merge cannot resolve (it aborts the am
 #                        and names the patch, file and line). A second run says
-#                        "already applied"; a tree with the feature upstream is
-#                        reported and left alone.
+#                        "already applied". A v2.12.0-v2.14.1 tree gets its
+#                        results fixes; any other tree with the feature upstream
+#                        is reported and left alone. The commits are made one
+#                        patch at a time: a run killed in between leaves a clean
+#                        tree with part of the series, which the next run
+#                        finishes.
 #   --no-commit          stage the changes instead of committing them
 #   --check              apply into a throw-away index: HEAD, index and tree untouched
 #   --status             which patches are applied (by patch-id), and whether the

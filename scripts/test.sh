@@ -11,7 +11,8 @@
 # missing (as root, with apt-get), then runs test/dynamo on the stock
 # and the patched build side by side (two pytest processes):
 #   - stock: each test must pass or fail exactly as
-#     test/dynamo/stock_expectations.py says (the behaviour and stale-hit tests
+#     test/dynamo/stock_expectations.py says (the behaviour, stale-hit and
+#     remote-cache tests
 #     fail on every base without the feature; the result tests fail where
 #     upstream returns wrong numbers), so a test that cannot fail is caught;
 #   - patched: every test must pass.

@@ -12,9 +12,9 @@
 # and the patched build side by side (two pytest processes):
 #   - stock: each test must pass or fail exactly as
 #     test/dynamo/stock_expectations.py says (the behaviour, stale-hit and
-#     remote-cache tests
-#     fail on every base without the feature; the result tests fail where
-#     upstream returns wrong numbers), so a test that cannot fail is caught;
+#     remote-cache tests fail on every base without the feature; the result
+#     tests fail where upstream returns wrong numbers), so a test that cannot
+#     fail is caught;
 #   - patched: every test must pass.
 # Then, once, test/tools (apply.sh, check-patches, the series, fault
 # injection) against small installs built from the stock 2.11.0 and 2.12.0

@@ -188,10 +188,16 @@ class ReliabilityTest(expecttest.TestCase):
 
     # Interpreters, runners and output directories.
 
-    def test_old_python_is_refused_with_the_minimum(self) -> None:
+    def fake_python(self, answer: str) -> Path:
+        """An "interpreter" that prints `answer` to whatever it is asked: what a
+        version probe gets from Python 2.7 (no 3.9 syntax runs there)."""
         fake = self.tmp / "python2.7"
-        fake.write_text("#!/bin/sh\necho 'old 2.7'\n")
+        fake.write_text(f"#!/bin/sh\necho '{answer}'\n")
         fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+        return fake
+
+    def test_old_python_is_refused_with_the_minimum(self) -> None:
+        fake = self.fake_python("old 2.7")  # apply.sh's probe prints "old X.Y"
         result = subprocess.run([str(REPO / "scripts" / "apply.sh"), "--python", str(fake)],
                                 capture_output=True, text=True)
         self.assertEqual(result.returncode, 1)
@@ -199,9 +205,7 @@ class ReliabilityTest(expecttest.TestCase):
                          "Python 3.9 or later (torch 2.9 and later need 3.10 anyway)\n")
 
     def test_check_patches_refuses_an_old_python(self) -> None:
-        fake = self.tmp / "python2.7"
-        fake.write_text("#!/bin/sh\necho 2.7\n")
-        fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+        fake = self.fake_python("2.7")  # check-patches' probe prints "X.Y"
         result = subprocess.run([str(REPO / "scripts" / "check-patches"), "--python", str(fake)],
                                 capture_output=True, text=True)
         self.assertEqual(result.returncode, 2)

@@ -1,25 +1,18 @@
-"""Count the outcomes in a pytest --junitxml report.
+"""Read a pytest --junitxml report for scripts/test.sh and run-upstream-tests.sh.
 
-Usage: python3 scripts/junit_summary.py REPORT.xml [--expect-all-failed]
-       python3 scripts/junit_summary.py REPORT.xml --expect-stock VERSION
-       python3 scripts/junit_summary.py REPORT.xml --by-suite [--expect-stock VERSION]
+Usage: python3 scripts/junit_summary.py REPORT.xml --by-suite [--expect-stock VERSION]
        python3 scripts/junit_summary.py --compare STOCK.xml PATCHED.xml
 
-Prints "N passed, N failed, N skipped" (errors count as failed). With
---expect-all-failed it exits 1 unless at least one test ran and none passed
-or was skipped: the torch-behaviour tests must each fail on a torch that lacks
-the feature, or they test nothing.
+--by-suite prints one "file|N passed, N failed, N expected-fail|verdict" line
+per test file of the report. Without --expect-stock every test must pass;
+with it, each test must have the outcome that test/dynamo/stock_expectations.py
+gives for stock torch VERSION: a test that passes where the defect it checks
+is present, or fails where it is not, is listed and the exit status is 1.
+Errors count as failures.
 
-With --expect-stock VERSION each test must have the outcome that
-test/dynamo/stock_expectations.py gives for stock torch VERSION: a test that
-passes where the defect it checks is present, or fails where it is not, is
-listed and the exit status is 1. It prints "N passed, N failed, N expected-fail".
-
---by-suite prints one "file|counts|verdict" line per test file of the report,
-checked as above (or, without --expect-stock, every test must pass).
-
---compare prints a table of the tests that pass on stock torch but fail on
-patched torch (regressions; exit 1 if any) and of those fixed the other way.
+--compare prints each build's counts, then the tests that pass on stock torch
+but fail on patched torch (regressions; exit 1 if any) and those fixed the
+other way.
 """
 
 from __future__ import annotations
@@ -31,21 +24,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "test" / "dynamo"))
 
 
-def outcomes(report: str) -> tuple[int, int, int, list[str]]:
-    passed = failed = skipped = 0
-    passing: list[str] = []
-    for case in ElementTree.parse(report).iter("testcase"):
-        kinds = {child.tag for child in case}
-        if kinds & {"failure", "error"}:
-            failed += 1
-        elif "skipped" in kinds:
-            skipped += 1
-        else:
-            passed += 1
-            passing.append(f"{case.get('classname')}.{case.get('name')}")
-    return passed, failed, skipped, passing
-
-
 def by_test(report: str) -> dict[str, str]:
     result: dict[str, str] = {}
     for case in ElementTree.parse(report).iter("testcase"):
@@ -54,28 +32,6 @@ def by_test(report: str) -> dict[str, str]:
                    else "skipped" if "skipped" in kinds else "passed")
         result[f"{case.get('classname')}::{case.get('name')}"] = outcome
     return result
-
-
-def check_stock(report: str, version: str) -> int:
-    from stock_expectations import expected_outcome
-
-    passed = failed = expected_fail = 0
-    wrong: list[str] = []
-    for test, outcome in by_test(report).items():
-        module = test.split("::", 1)[0].rsplit(".", 2)[-2] + ".py"
-        name = test.split("::", 1)[1]
-        expected = expected_outcome(version, module, name)
-        if outcome == "failed" and expected in ("fail", "any"):
-            expected_fail += 1
-        elif outcome == "passed" and expected in ("pass", "any"):
-            passed += 1
-        else:
-            failed += 1
-            wrong.append(f"  {outcome} on stock {version}, expected {expected}: {test}")
-    print(f"{passed} passed, {failed} failed, {expected_fail} expected-fail")
-    for line in wrong:
-        print(line, file=sys.stderr)
-    return 1 if wrong or not (passed or expected_fail) else 0
 
 
 def by_suite(report: str, version: str | None) -> int:
@@ -136,24 +92,12 @@ def compare(stock_report: str, patched_report: str) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--compare"] and len(argv) == 3:
         return compare(argv[1], argv[2])
-    if len(argv) == 3 and argv[1] == "--expect-stock":
-        return check_stock(argv[0], argv[2])
-    if len(argv) in (2, 4) and argv[1] == "--by-suite":
-        if len(argv) == 4 and argv[2] != "--expect-stock":
-            print(__doc__.strip(), file=sys.stderr)
-            return 2
-        return by_suite(argv[0], argv[3] if len(argv) == 4 else None)
-    if not argv or argv[0].startswith("-"):
-        print(__doc__.strip(), file=sys.stderr)
-        return 2
-    passed, failed, skipped, passing = outcomes(argv[0])
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    if "--expect-all-failed" in argv[1:]:
-        if failed == 0 or passed or skipped:
-            for name in passing:
-                print(f"  passes without the feature: {name}", file=sys.stderr)
-            return 1
-    return 0
+    if len(argv) == 2 and argv[1] == "--by-suite":
+        return by_suite(argv[0], None)
+    if len(argv) == 4 and argv[1:3] == ["--by-suite", "--expect-stock"]:
+        return by_suite(argv[0], argv[3])
+    print(__doc__.strip(), file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

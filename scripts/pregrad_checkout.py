@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from pregrad_series import apply_series
+from pregrad_series import apply_each
 from pregrad_wheel import (
     expected_pristine_blobs,
     step,
@@ -167,7 +167,7 @@ def seed_preimage_blobs(checkout: Path, series: Series) -> None:
     touch a file names a blob that the checkout's history has. Unreachable
     blobs change no ref, index or file and go away with the next gc.
 
-    Each step is applied with the post-image check of `apply_series`, so a
+    Each step is applied with the post-image check of `apply_each`, so a
     patch that was edited or cut short is refused here, before any git step
     that writes."""
     blobs = expected_pristine_blobs(series)
@@ -178,12 +178,10 @@ def seed_preimage_blobs(checkout: Path, series: Series) -> None:
         if shown.returncode != 0:
             return  # no pristine blob, so no 3-way merge to help
         pristine[rel] = shown.stdout
-    versions = [pristine]
-    for count in range(1, len(series.patches)):
-        versions.append(apply_series(pristine, series, series.patches[:count]))
+    versions = apply_each(pristine, series)[:-1]  # the last one is no pre-image
     with tempfile.TemporaryDirectory(prefix="pregrad-seed-") as tmp:
         work = Path(tmp)
-        for number, files in enumerate(versions[1:]):
+        for number, files in enumerate(versions):
             for rel, data in files.items():
                 (work / str(number) / rel).parent.mkdir(parents=True, exist_ok=True)
                 (work / str(number) / rel).write_bytes(data)

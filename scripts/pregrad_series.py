@@ -274,11 +274,18 @@ def git_blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def apply_series(pristine: Dict[str, bytes], series: Series,
-                 patches: Optional[List[Patch]] = None) -> Dict[str, bytes]:
+def apply_series(pristine: Dict[str, bytes], series: Series) -> Dict[str, bytes]:
     """The patched contents: each patch applied with `git apply` (no fuzz), and
     every file it touches checked against the post-image blob of its `index`
-    line. `patches` applies only those (a prefix of the series, say)."""
+    line."""
+    versions = apply_each(pristine, series)
+    return versions[-1] if versions else dict(pristine)
+
+
+def apply_each(pristine: Dict[str, bytes], series: Series) -> List[Dict[str, bytes]]:
+    """As apply_series, but the contents after each patch, in series order (a
+    3-way merge needs every intermediate pre-image)."""
+    versions: List[Dict[str, bytes]] = []
     with tempfile.TemporaryDirectory(prefix="pregrad-apply-") as tmp:
         work = Path(tmp)
         # A repository of its own, so git never resolves paths against an
@@ -287,7 +294,7 @@ def apply_series(pristine: Dict[str, bytes], series: Series,
         for rel, data in pristine.items():
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             (work / rel).write_bytes(data)
-        for patch in series.patches if patches is None else patches:
+        for patch in series.patches:
             result = subprocess.run(
                 ["git", "apply", "--verbose", "--whitespace=nowarn", str(patch.path)],
                 cwd=work, capture_output=True, text=True)
@@ -303,7 +310,8 @@ def apply_series(pristine: Dict[str, bytes], series: Series,
                         f"{shown(patch.path)}: {diff.path} came out as blob {blob[:12]}, "
                         f"the patch's index line says {diff.post_blob[:12]}: the patch was "
                         "edited or is not whole; nothing was changed")
-        return {rel: (work / rel).read_bytes() for rel in pristine}
+            versions.append({rel: (work / rel).read_bytes() for rel in pristine})
+    return versions
 
 
 def pristine_table(series: Series) -> Dict[str, Tuple[str, str]]:

@@ -56,7 +56,6 @@ for base in "${selected[@]}"; do
   [ -f "patches/$base/series" ] || { echo "test.sh: no series for $base (have: $all_bases)" >&2; exit 2; }
 done
 
-cache="${PREGRAD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pregrad-backport}"
 logs="${PREGRAD_LOGS:-$repo/test-logs}"
 rm -rf "$logs"
 mkdir -p "$logs"

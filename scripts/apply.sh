@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# Usage: scripts/apply.sh --python PY [--check | --status | --revert [--check]]
-#        scripts/apply.sh CHECKOUT [--check | --no-commit | --status | --revert [--check]]
-#        scripts/apply.sh --overlay BASE [--python PY] [--out DIR]
+# Usage: scripts/apply.sh --python PY [--topic T]... [--check | --status | --revert [--check]]
+#        scripts/apply.sh CHECKOUT [--topic T]... [--check | --no-commit | --status | --revert [--check]]
+#        scripts/apply.sh --overlay BASE [--topic T]... [--python PY] [--out DIR]
 #        scripts/apply.sh --help
 #
 # Brings torch 2.12's cache-aware pre-grad pass timing
 # (torch._inductor.config.pre_grad_pass_timing) to a torch that lacks it, by
 # applying the series in patches/<base>/ to an installed wheel or to a PyTorch
 # git checkout.
+#
+# Topics (patches/topics.tsv): each topic is a series per base, applied,
+# reported and reverted on its own.
+#   pre-grad-pass-timing  (default) the feature, and the results fixes for the
+#                         releases that have it; patches/<base>/
+#   cpu-isa-probe         (opt-in) CPU warm start: the vector-ISA probe's child
+#                         processes stop importing torch (pytorch#183515,
+#                         #189900, #190561); patches/<base>/cpu-isa-probe/
+#   --topic T            act on topic T (repeat it, or T1,T2, or `all`).
+#                        Without it apply, --revert and --overlay act on the
+#                        default topic only, and --status reports every topic.
 #
 # Installed wheel (the torch that interpreter PY imports):
 #   --python PY          apply the series for PY's torch version. Before writing
@@ -62,7 +73,8 @@
 #                        the wheel that `pip download` fetches (cached).
 #   --out DIR            write there instead of overlay/
 #
-# Supported bases: the directories of patches/ that hold a series file.
+# Supported bases: the directories of patches/ that hold a series file (for a
+# topic other than the default: patches/<base>/<topic>/series).
 # Requirements: bash, git, and Python 3.9 or later for PY (and python3 on PATH
 # for CHECKOUT mode and for --overlay without --python).
 # Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport)
@@ -79,6 +91,7 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0
 die_usage() { printf 'apply.sh: %s\n(see scripts/apply.sh --help)\n' "$1" >&2; exit 2; }
 
 python="" mode="apply" check="" overlay_base="" out="" checkout="" no_commit=""
+topics=()
 set_mode() {  # one of --status, --revert, --overlay at most
   [ "$mode" = apply ] || die_usage "--$mode and --$1 do not go together"
   mode="$1"
@@ -93,6 +106,7 @@ while [ $# -gt 0 ]; do
     --overlay) [ $# -ge 2 ] || die_usage "--overlay needs a base, e.g. v2.11.0"; set_mode overlay; overlay_base="$2"; shift 2 ;;
     --out) [ $# -ge 2 ] || die_usage "--out needs a directory"; out="$2"; shift 2 ;;
     --no-commit) no_commit="--no-commit"; shift ;;
+    --topic) [ $# -ge 2 ] || die_usage "--topic needs a topic name (or all)"; topics+=(--topic "$2"); shift 2 ;;
     -*) die_usage "unknown argument: $1" ;;
     *) [ -z "$checkout" ] || die_usage "one checkout at a time (got $checkout and $1)"
        checkout="$1"; shift ;;
@@ -116,7 +130,7 @@ if [ "$mode" = "overlay" ]; then
   [ -z "$check" ] || die_usage "--check does not apply to --overlay"
   [ -z "$checkout" ] || die_usage "--overlay and CHECKOUT do not go together"
   [ -z "$no_commit" ] || die_usage "--no-commit goes with a CHECKOUT"
-  args=(overlay --base "$overlay_base" --out "${out:-$repo/overlay}" --cache "$cache")
+  args=(overlay --base "$overlay_base" --out "${out:-$repo/overlay}" --cache "$cache" ${topics[@]+"${topics[@]}"})
   if [ -n "$python" ]; then
     require_python
     exec "$python" "$here/pregrad_wheel.py" "${args[@]}" --from-install
@@ -130,7 +144,7 @@ if [ -n "$checkout" ]; then
   [ -z "$no_commit" ] || [ "$mode" = apply ] || die_usage "--no-commit goes with applying"
   [ -z "$check" ] || [ "$mode" != status ] || die_usage "--status writes nothing; drop --check"
   [ -e "$checkout" ] || { echo "apply.sh: $checkout does not exist" >&2; exit 1; }
-  exec python3 "$here/pregrad_checkout.py" "$mode" "$checkout" $check $no_commit
+  exec python3 "$here/pregrad_checkout.py" "$mode" "$checkout" $check $no_commit ${topics[@]+"${topics[@]}"}
 fi
 [ -z "$no_commit" ] || die_usage "--no-commit goes with a CHECKOUT"
 [ -n "$python" ] || die_usage "say what to patch: --python PY or a CHECKOUT"
@@ -138,6 +152,6 @@ fi
 require_python
 if [ "$mode" = "status" ]; then
   [ -z "$check" ] || die_usage "--status writes nothing; drop --check"
-  exec "$python" "$here/pregrad_wheel.py" status
+  exec "$python" "$here/pregrad_wheel.py" status ${topics[@]+"${topics[@]}"}
 fi
-exec "$python" "$here/pregrad_wheel.py" "$mode" $check
+exec "$python" "$here/pregrad_wheel.py" "$mode" $check ${topics[@]+"${topics[@]}"}

@@ -10,6 +10,8 @@ Exit codes: 0 done or nothing to do, 1 refused or failed (nothing changed),
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import re
 import subprocess
@@ -19,18 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from pregrad_series import apply_each
+from pregrad_series import apply_each, select_topics, Topic
 from pregrad_wheel import (
     expected_pristine_blobs,
     step,
-    has_feature,
     load_series,
     Refused,
     Series,
     supported_bases,
 )
 
-CONFIG = "torch/_inductor/config.py"
 MARKERS = ["torch/_inductor/config.py", "torch/_functorch/aot_autograd.py"]
 # How far back --status and --revert look for the series' commits.
 HISTORY_DEPTH = 5000
@@ -111,14 +111,14 @@ class Base:
     exact: bool
 
 
-def identify_base(checkout: Path) -> Base:
+def identify_base(checkout: Path, topic: Topic) -> Base:
     """The base of the checkout: the one whose series is (partly) in HEAD's
     history, else the one whose pristine blobs the touched files match."""
     # Bases share patch subjects (one concern, one subject on every base), so
     # the base whose patches match by patch-id wins over one matched by subject.
     in_history = []
-    for name in supported_bases():
-        series = load_series(name)
+    for name in supported_bases(topic):
+        series = load_series(name, topic)
         exact: List[str] = []
         found = find_series_commits(checkout, series, exact)
         count = sum(1 for commit in found.values() if commit)
@@ -129,8 +129,8 @@ def identify_base(checkout: Path) -> Base:
         return Base(series, f"{count} of {len(series.patches)} patches of its series "
                     "are in HEAD's history", False)
     candidates = []
-    for name in supported_bases():
-        series = load_series(name)
+    for name in supported_bases(topic):
+        series = load_series(name, topic)
         blobs = expected_pristine_blobs(series)
         head = {path: git(checkout, "rev-parse", "-q", "--verify", f"HEAD:{path}",
                           check=False).stdout.strip() for path in blobs}
@@ -142,8 +142,9 @@ def identify_base(checkout: Path) -> Base:
     same_count, known_count, series, same, blobs = candidates[0]
     total = len(blobs)
     if same_count == total:
-        return Base(series, f"all {total} files the series touches are identical to "
-                    f"{series.base}'s", True)
+        files = f"all {total} files the series touches are" if total > 1 else \
+            "the one file the series touches is"
+        return Base(series, f"{files} identical to {series.base}'s", True)
     differing = sorted(set(blobs) - set(same))
     if known_count == total:
         return Base(series, f"{same_count} of {total} files the series touches are "
@@ -153,7 +154,7 @@ def identify_base(checkout: Path) -> Base:
                     "(git am -3)", False)
     raise Refused(
         "unknown base: the files the series touches match no supported base "
-        f"({', '.join(supported_bases())}) and the pre-images that a 3-way merge "
+        f"({', '.join(supported_bases(topic))}) and the pre-images that a 3-way merge "
         f"needs are not in this repository (closest: {series.base}, "
         f"{same_count} of {total} files identical, {known_count} of {total} "
         "blobs known); check out a supported release first"
@@ -244,9 +245,15 @@ def find_series_commits(checkout: Path, series: Series,
     return found
 
 
-def feature_at_head(checkout: Path) -> bool:
-    shown = git(checkout, "show", f"HEAD:{CONFIG}", check=False)
-    return shown.returncode == 0 and has_feature(shown.stdout.encode())
+def feature_at_head(checkout: Path, topic: Topic) -> bool:
+    shown = git(checkout, "show", f"HEAD:{topic.feature_file}", check=False)
+    return shown.returncode == 0 and topic.has_feature(shown.stdout.encode())
+
+
+def topic_label(checkout: Path, topic: Topic) -> str:
+    """How a line about `checkout` starts: the primary topic keeps the
+    wording it had before there were topics."""
+    return f"{checkout}:" if topic.primary else f"{checkout}: topic {topic.name}:"
 
 
 def snapshot_refs(checkout: Path) -> tuple[str, str]:
@@ -285,17 +292,17 @@ def conflict_locations(checkout: Path) -> List[str]:
 # Commands
 
 
-def cmd_status(checkout: Path) -> int:
+def cmd_status(checkout: Path, topic: Topic) -> int:
     require_checkout(checkout)
-    upstream = feature_at_head(checkout)
+    upstream = feature_at_head(checkout, topic)
     try:
-        base = identify_base(checkout)
+        base = identify_base(checkout, topic)
     except Refused as problem:
-        print(f"{checkout}: {problem}")
+        print(f"{topic_label(checkout, topic)} {problem}")
         print(f"feature present at HEAD: {'yes' if upstream else 'no'}")
         return 0 if upstream else 1
     applied = find_series_commits(checkout, base.series)
-    print(f"{checkout}: base {base.series.base} ({base.reason})")
+    print(f"{topic_label(checkout, topic)} base {base.series.base} ({base.reason})")
     for patch in base.series.patches:
         commit = applied[patch.name]
         state = f"applied   {commit[:12]}" if commit else "missing   " + " " * 12
@@ -308,27 +315,28 @@ def cmd_status(checkout: Path) -> int:
     return 0
 
 
-def cmd_apply(checkout: Path, check: bool, commit: bool) -> int:
+def cmd_apply(checkout: Path, check: bool, commit: bool, topic: Topic) -> int:
     require_checkout(checkout)
     require_quiet(checkout)
+    upstream_note = (f"{topic.present} at HEAD: the checkout has the feature upstream; "
+                     "nothing to do")
     try:
-        base = identify_base(checkout)
+        base = identify_base(checkout, topic)
     except Refused:
-        if feature_at_head(checkout):
-            print("torch._inductor.config.pre_grad_pass_timing already exists at HEAD: "
-                  "the checkout has the feature upstream; nothing to do")
+        if feature_at_head(checkout, topic):
+            print(upstream_note if topic.primary else f"topic {topic.name}: {upstream_note}")
             return 0
         raise
     applied = find_series_commits(checkout, base.series)
     names = [patch.name for patch in base.series.patches]
     done = [name for name in names if applied[name]]
-    print(f"base {base.series.base}: {base.reason}")
+    print(("" if topic.primary else f"topic {topic.name}: ")
+          + f"base {base.series.base}: {base.reason}")
     if len(done) == len(names):
         print(f"already applied: all {len(names)} patches are in HEAD's history; nothing to do")
         return 0
-    if not done and base.series.adds_feature and feature_at_head(checkout):
-        print("torch._inductor.config.pre_grad_pass_timing already exists at HEAD: "
-              "the checkout has the feature upstream; nothing to do")
+    if not done and base.series.adds_feature and feature_at_head(checkout, topic):
+        print(upstream_note)
         return 0
     if done != names[: len(done)]:
         raise Refused("only part of the series is applied, and not as a prefix "
@@ -422,11 +430,11 @@ def apply_staged(checkout: Path, todo: List[Path]) -> int:
     return 0
 
 
-def cmd_revert(checkout: Path, check: bool) -> int:
+def cmd_revert(checkout: Path, check: bool, topic: Topic) -> int:
     require_checkout(checkout)
     require_quiet(checkout)
     try:
-        base = identify_base(checkout).series
+        base = identify_base(checkout, topic).series
     except Refused:
         print("nothing to revert: no commit of the series is in HEAD's history")
         return 0
@@ -493,14 +501,41 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("checkout", type=Path)
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--no-commit", action="store_true")
+    parser.add_argument("--topic", action="append")
     args = parser.parse_args(argv)
     checkout = args.checkout.resolve()
     try:
+        # --status without --topic shows every topic; apply and --revert act
+        # on the default topics unless told.
+        chosen = select_topics(["all"] if args.command == "status" and not args.topic
+                               else args.topic)
         if args.command == "status":
-            return cmd_status(checkout)
-        if args.command == "revert":
-            return cmd_revert(checkout, args.check)
-        return cmd_apply(checkout, args.check, not args.no_commit)
+            results = []
+            for number, topic in enumerate(chosen):
+                if number:
+                    print()
+                results.append(cmd_status(checkout, topic))
+            return max(results)
+        if args.no_commit and len(chosen) > 1:
+            print("apply.sh: --no-commit stages one topic at a time; name one --topic",
+                  file=sys.stderr)
+            return 2
+        if len(chosen) > 1 and not args.check:
+            # Every topic is checked (in a throw-away index) before any is
+            # applied or reverted: a refusal for one changes nothing.
+            with contextlib.redirect_stdout(io.StringIO()):
+                for topic in chosen:
+                    if args.command == "revert":
+                        cmd_revert(checkout, True, topic)
+                    else:
+                        cmd_apply(checkout, True, True, topic)
+        result = 0
+        for topic in chosen:
+            if args.command == "revert":
+                result = max(result, cmd_revert(checkout, args.check, topic))
+            else:
+                result = max(result, cmd_apply(checkout, args.check, not args.no_commit, topic))
+        return result
     except Refused as problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1

@@ -10,8 +10,10 @@ short, a line count that does not add up, a path outside `torch/`. Applying
 post-image blob its `index` line names, so a hand-edited patch that still
 applies is refused too.
 
-Bases and series are data: patches/<base>/series lists the patches in order,
-patches/<base>/pristine.tsv names the pristine files' git blob ids and sha256.
+Topics, bases and series are data. patches/topics.tsv names the topics; a
+topic's series for a base lives in patches/<base>/<dir>/ (the default topic's
+dir is `.`, patches/<base>/ itself): `series` lists the patches in order,
+`pristine.tsv` names the pristine files' git blob ids and sha256.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ REPO = Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
 # Every file a series may touch lives under one of these (relative, no "..").
 ALLOWED_ROOTS = ("torch/",)
-FEATURE_ADDED_RE = re.compile(r"^\+pre_grad_pass_timing\s*:", re.MULTILINE)
 DIFF_RE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
 HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 INDEX_RE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: \d+)?$")
@@ -90,12 +91,77 @@ class Patch:
         return str(self.path)
 
 
+@dataclasses.dataclass(frozen=True)
+class Topic:
+    """One row of patches/topics.tsv."""
+    name: str
+    dir: str  # under patches/<base>/; "." is patches/<base>/ itself
+    applied: str  # "default": applied when no --topic is given; "opt-in"
+    feature_file: str  # the file in which the feature shows
+    feature_marker: str  # regex for a line that only a torch with the feature has
+    present: str  # how to say that a torch has it, e.g. "x already exists"
+    summary: str
+
+    @property
+    def primary(self) -> bool:
+        """The original series, in patches/<base>/ itself: it keeps the state
+        directory and messages it had before there were topics."""
+        return self.dir == "."
+
+    def has_feature(self, data: bytes) -> bool:
+        return re.search(self.feature_marker, data.decode("utf-8", "replace"),
+                         re.MULTILINE) is not None
+
+    def directory(self, base: str) -> Path:
+        return PATCHES / base if self.primary else PATCHES / base / self.dir
+
+
+def topics() -> List[Topic]:
+    """Every topic, in the order of patches/topics.tsv."""
+    found: List[Topic] = []
+    topics_file = PATCHES / "topics.tsv"
+    if not topics_file.is_file():
+        raise Refused(f"{shown(topics_file)} is missing: it names the topics")
+    for number, line in enumerate(topics_file.read_text().splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) != 7 or fields[2] not in ("default", "opt-in"):
+            raise Refused(f"{shown(topics_file)}:{number}: expected 7 tab-separated "
+                          "fields: name, dir, default|opt-in, feature file, feature "
+                          "marker, present, summary")
+        found.append(Topic(*fields))
+    return found
+
+
+def default_topic() -> Topic:
+    """The primary topic: what --topic means when it is not given."""
+    return next(topic for topic in topics() if topic.primary)
+
+
+def select_topics(names: Optional[List[str]]) -> List[Topic]:
+    """The topics `--topic` names (in topics.tsv order; "all" is every topic);
+    without names, the default ones."""
+    known = topics()
+    if not names:
+        return [topic for topic in known if topic.applied == "default"]
+    wanted = {part for name in names for part in name.split(",") if part}
+    if "all" in wanted:
+        return known
+    unknown = sorted(wanted - {topic.name for topic in known})
+    if unknown:
+        raise Refused(f"unknown topic {unknown[0]!r}; topics: "
+                      + ", ".join(f"{t.name} ({t.applied})" for t in known))
+    return [topic for topic in known if topic.name in wanted]
+
+
 @dataclasses.dataclass
 class Series:
     base: str  # e.g. "v2.11.0"
     directory: Path
     patches: List[Patch]
     touched: List[str]  # paths relative to site-packages / checkout root
+    topic: Topic
 
     @property
     def version(self) -> str:
@@ -103,16 +169,23 @@ class Series:
 
     @property
     def adds_feature(self) -> bool:
-        """Whether the series brings pre_grad_pass_timing itself (a base before
-        2.12) or only fixes a base that has it (2.12.0 and later)."""
-        return any(FEATURE_ADDED_RE.search(p.read_text()) for p in self.patches)
+        """Whether the series brings its topic's feature itself (pre_grad_pass_timing
+        before 2.12) or only fixes a base that has it (2.12.0 and later)."""
+        marker = re.compile(self.topic.feature_marker)
+        return any(line.startswith("+") and not line.startswith("+++")
+                   and marker.search(line[1:])
+                   for patch in self.patches for line in patch.read_text().splitlines())
 
 
-def supported_bases() -> List[str]:
+def supported_bases(topic: Optional[Topic] = None) -> List[str]:
+    """The bases that have a series for `topic` (the default topic if None)."""
+    chosen = topic or default_topic()
+
     def key(name: str) -> Tuple[int, ...]:
         return tuple(int(part) for part in re.findall(r"\d+", name))
 
-    return sorted((p.name for p in PATCHES.iterdir() if (p / "series").is_file()), key=key)
+    return sorted((p.name for p in PATCHES.iterdir()
+                   if (chosen.directory(p.name) / "series").is_file()), key=key)
 
 
 def series_entries(series_file: Path) -> List[Tuple[int, str]]:
@@ -243,12 +316,14 @@ def parse_file_section(where: str, path: str, body: List[str]
     return problems, FileDiff(path, pre, post, tuple(hunks), added, removed)
 
 
-def load_series(base: str) -> Series:
-    directory = PATCHES / base
+def load_series(base: str, topic: Optional[Topic] = None) -> Series:
+    topic = topic or default_topic()
+    directory = topic.directory(base)
     series_file = directory / "series"
     if not series_file.is_file():
-        raise Refused(
-            f"no series for base {base!r}; supported bases: " + ", ".join(supported_bases()))
+        what = "" if topic.primary else f" in topic {topic.name}"
+        raise Refused(f"no series for base {base!r}{what}; supported bases: "
+                      + ", ".join(supported_bases(topic)))
     patches: List[Patch] = []
     problems: List[str] = []
     for number, entry in series_entries(series_file):
@@ -267,7 +342,7 @@ def load_series(base: str) -> Series:
         for diff in patch.files:
             if diff.path not in touched:
                 touched.append(diff.path)
-    return Series(base, directory, patches, sorted(touched))
+    return Series(base, directory, patches, sorted(touched), topic)
 
 
 def git_blob_id(data: bytes) -> str:

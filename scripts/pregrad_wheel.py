@@ -16,6 +16,7 @@ import dataclasses
 import errno
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
@@ -26,7 +27,7 @@ import tempfile
 import zipfile
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pregrad_series import (  # noqa: E402  (one series model for every path)
@@ -35,15 +36,17 @@ from pregrad_series import (  # noqa: E402  (one series model for every path)
     git_blob_id,
     load_series,
     pristine_table,
-    REPO,
     Refused,
+    select_topics,
     Series,
     shown,
     supported_bases,
+    Topic,
+    topics,
 )
 STATE_DIRNAME = ".torch-pregrad-backport"
+Manifest = Dict[str, Any]  # the JSON of <state dir>/manifest.json
 MANIFEST = "manifest.json"
-FEATURE_RE = re.compile(r"^pre_grad_pass_timing\s*:", re.MULTILINE)
 
 
 def base_for_version(version: str) -> str:
@@ -60,24 +63,35 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def has_feature(config_py: bytes) -> bool:
-    return FEATURE_RE.search(config_py.decode("utf-8", "replace")) is not None
-
-
 # --------------------------------------------------------------------------
 # An installed wheel
 
 
 @dataclasses.dataclass
 class Install:
+    """An installed torch, seen through one topic: each topic keeps its own
+    backups and manifest, so topics are applied and reverted independently."""
     dist: metadata.Distribution
     site: Path
     version: str
     record: Dict[str, str]  # path -> RECORD sha256 digest, for every hashed file
+    topic: Topic
 
     @property
     def state_dir(self) -> Path:
-        return self.site / STATE_DIRNAME
+        suffix = "" if self.topic.primary else f"-{self.topic.name}"
+        return self.site / f"{STATE_DIRNAME}{suffix}"
+
+    def leftover(self, kind: str) -> Path:
+        """A staging or trash dir that only a killed run leaves behind."""
+        return self.state_dir.with_name(f"{self.state_dir.name}.{kind}")
+
+    def for_topic(self, topic: Topic) -> "Install":
+        return dataclasses.replace(self, topic=topic)
+
+    def has_feature(self) -> bool:
+        path = self.path(self.topic.feature_file)
+        return path.is_file() and self.topic.has_feature(path.read_bytes())
 
     def path(self, rel: str) -> Path:
         return self.site / rel
@@ -86,7 +100,7 @@ class Install:
         return self.path(rel).read_bytes()
 
 
-def find_install() -> Install:
+def find_install(topic: Optional[Topic] = None) -> Install:
     try:
         dist = metadata.distribution("torch")
     except metadata.PackageNotFoundError:
@@ -101,7 +115,7 @@ def find_install() -> Install:
             "files cannot be told from modified ones"
         )
     site = Path(str(dist.locate_file(""))).resolve()
-    return Install(dist, site, dist.version, record)
+    return Install(dist, site, dist.version, record, topic or select_topics(None)[0])
 
 
 @dataclasses.dataclass
@@ -112,12 +126,15 @@ class Status:
     install: Install
     series: Optional[Series]
     lines: List[str]  # per-file detail: "  <kind> <path>"
-    manifest: Optional[dict]
+    manifest: Optional[Manifest]
 
     def headline(self) -> str:
         where = f"torch {self.install.version} in {self.install.site}"
-        base = f" (base {self.series.base}, {len(self.series.patches)} patches)" if self.series else ""
-        return where + base
+        topic = "" if self.install.topic.primary else f"topic {self.install.topic.name}"
+        if self.series:
+            topic += ", " if topic else ""
+            return where + f" (base {self.series.base}, {topic}{len(self.series.patches)} patches)"
+        return where + (f" ({topic})" if topic else "")
 
     def files(self, *kinds: str) -> List[str]:
         return [line.split()[-1] for line in self.lines if line.split()[0] in kinds]
@@ -144,12 +161,13 @@ def step(what: object) -> None:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(what))
 
 
-def read_manifest(install: Install) -> Optional[dict]:
+def read_manifest(install: Install) -> Optional[Manifest]:
     path = install.state_dir / MANIFEST
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
+        manifest: Manifest = json.loads(path.read_text())
+        return manifest
     except ValueError:
         return {"state": "unreadable manifest"}
 
@@ -183,12 +201,11 @@ def file_kind(install: Install, rel: str, patched_digest: Optional[str],
 def inspect(install: Install) -> Status:
     manifest = read_manifest(install)
     base = base_for_version(install.version)
-    config_rel = "torch/_inductor/config.py"
-    if base not in supported_bases():
-        if install.path(config_rel).is_file() and has_feature(install.read(config_rel)):
+    if base not in supported_bases(install.topic):
+        if install.has_feature():
             return Status("has-feature", install, None, [], manifest)
         return Status("unsupported", install, None, [], manifest)
-    series = load_series(base)
+    series = load_series(base, install.topic)
     for rel in series.touched:
         if rel not in install.record:
             raise Refused(f"{rel} is not in torch {install.version}'s RECORD")
@@ -224,7 +241,7 @@ def inspect(install: Install) -> Status:
         kinds.add(kind)
         lines.append(f"  {kind:<9} {rel}")
     if kinds == {"pristine"}:
-        if series.adds_feature and has_feature(install.read(config_rel)):
+        if series.adds_feature and install.has_feature():
             return Status("has-feature", install, series, lines, manifest)
         return Status("pristine", install, series, lines, manifest)
     if kinds == {"patched"}:
@@ -244,7 +261,7 @@ def atomic_write(target: Path, data: bytes, mode: int) -> None:
     os.replace(tmp, target)
 
 
-def restore_pristine(install: Install, manifest: dict) -> List[str]:
+def restore_pristine(install: Install, manifest: Manifest) -> List[str]:
     """Put every file the manifest names back to the wheel's bytes, from the backups."""
     restored: List[str] = []
     backups = install.state_dir / "orig"
@@ -281,7 +298,7 @@ def drop_state(install: Install) -> None:
     """Remove the state dir in one rename, then delete it: a run killed in
     between leaves a trash dir that the next run removes, never a state dir
     without its manifest."""
-    trash = install.site / f"{STATE_DIRNAME}.trash"
+    trash = install.leftover("trash")
     remove_leftovers(install)
     step(install.state_dir)
     os.replace(install.state_dir, trash)
@@ -292,8 +309,7 @@ def drop_state(install: Install) -> None:
 def remove_leftovers(install: Install) -> None:
     """Directories that only a killed run leaves: a staging dir that was never
     renamed into place, a trash dir that was not deleted."""
-    for name in (f"{STATE_DIRNAME}.staging", f"{STATE_DIRNAME}.trash"):
-        leftover = install.site / name
+    for leftover in (install.leftover("staging"), install.leftover("trash")):
         if leftover.exists():
             step(leftover)
             shutil.rmtree(leftover)
@@ -358,7 +374,7 @@ def cmd_status(install: Install) -> int:
         print(line)
     messages = {
         "pristine": "pristine: every file the series touches matches torch's RECORD",
-        "patched": "patched: the series is applied (revert with --revert)",
+        "patched": f"patched: the series is applied (revert with {revert_flags(install)})",
         "partial": "partly reverted by hand: the files marked pristine are the wheel's "
         "again; apply patches them again, --revert restores the others",
         "patched-no-backups": "patched without backups: the files are exactly what this "
@@ -371,14 +387,17 @@ def cmd_status(install: Install) -> int:
         "apply replaces it, --revert removes it",
         "interrupted": "interrupted: an earlier run stopped part-way; "
         "--revert or the next apply rolls it back",
-        "has-feature": "has the feature: torch._inductor.config.pre_grad_pass_timing "
-        "already exists; nothing to apply"
-        + ("" if status.series else NO_FIXES_NOTE),
+        "has-feature": f"has the feature: {install.topic.present}; nothing to apply"
+        + ("" if status.series else no_fixes_note(install.topic)),
         "unsupported": "unsupported: no series for this version; supported bases: "
-        + ", ".join(supported_bases()),
+        + ", ".join(supported_bases(install.topic)),
     }
     print(messages[status.state])
     return 0 if status.state in ("pristine", "patched", "has-feature") else 1
+
+
+def revert_flags(install: Install) -> str:
+    return "--revert" + ("" if install.topic.primary else f" --topic {install.topic.name}")
 
 
 def describe_files(status: Status) -> str:
@@ -392,9 +411,11 @@ def describe_files(status: Status) -> str:
 
 def refuse_unless_applicable(status: Status) -> None:
     if status.state == "unsupported":
+        topic = status.install.topic
         raise Refused(
-            f"torch {status.install.version} is not a supported base "
-            f"(supported: {', '.join(supported_bases())}); nothing was changed"
+            f"torch {status.install.version} is not a supported base"
+            + ("" if topic.primary else f" of topic {topic.name}")
+            + f" (supported: {', '.join(supported_bases(topic))}); nothing was changed"
         )
     if status.state == "modified":
         what = ("the series is applied, but files changed since"
@@ -406,8 +427,14 @@ def refuse_unless_applicable(status: Status) -> None:
         )
 
 
-NO_FIXES_NOTE = ("\nnote: this project's results fixes (see README, patch ledger) exist "
-                 "only for the supported bases: " + ", ".join(supported_bases()))
+def no_fixes_note(topic: Topic) -> str:
+    """For a torch that has the feature but no series here: where this
+    topic's fixes for releases with the feature exist, if it has any."""
+    bases = supported_bases(topic)
+    if all(load_series(base, topic).adds_feature for base in bases):
+        return ""
+    return ("\nnote: this project's results fixes (see README, patch ledger) exist "
+            "only for the supported bases: " + ", ".join(bases))
 
 
 def cmd_apply(install: Install, check: bool) -> int:
@@ -429,9 +456,8 @@ def cmd_apply(install: Install, check: bool) -> int:
               f"it; reinstall torch to: {reinstall_command(install)})")
         return 0
     if status.state == "has-feature":
-        print("torch._inductor.config.pre_grad_pass_timing already exists in this "
-              "torch: it has the feature, nothing to do"
-              + ("" if status.series else NO_FIXES_NOTE))
+        print(f"{install.topic.present} in this torch: it has the feature, nothing to do"
+              + ("" if status.series else no_fixes_note(install.topic)))
         return 0
     if status.state not in ("outdated", "partial"):
         refuse_unless_applicable(status)
@@ -480,7 +506,7 @@ def cmd_apply(install: Install, check: bool) -> int:
     try:
         write_backups(install, series, pristine, patched)
     except BaseException:
-        shutil.rmtree(install.site / (STATE_DIRNAME + ".staging"), ignore_errors=True)
+        shutil.rmtree(install.leftover("staging"), ignore_errors=True)
         raise
     try:
         for rel in series.touched:
@@ -510,7 +536,7 @@ def write_backups(install: Install, series: Series,
                   pristine: Dict[str, bytes], patched: Dict[str, bytes]) -> None:
     """Write backups and manifest into a temporary dir, then rename it into place,
     so the state dir is either complete or absent."""
-    staging = install.site / (STATE_DIRNAME + ".staging")
+    staging = install.leftover("staging")
     for rel, data in pristine.items():
         step(staging / "orig" / rel)
         (staging / "orig" / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -593,7 +619,7 @@ def cmd_revert(install: Install, check: bool) -> int:
 
 
 def pristine_from_install(series: Series) -> Dict[str, bytes]:
-    install = find_install()
+    install = find_install(series.topic)
     if base_for_version(install.version) != series.base:
         raise Refused(f"{sys.executable} has torch {install.version}, not {series.version}")
     status = inspect(install)
@@ -642,19 +668,41 @@ def wheel_files(wheels: Path, version: str) -> List[Path]:
                    *wheels.glob(f"torch-{version}+*.whl")])
 
 
-def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path) -> int:
-    series = load_series(base)
-    if from_install:
-        pristine = pristine_from_install(series)
-        source = f"installed torch of {sys.executable}"
-    else:
-        pristine = pristine_from_wheel(series, cache)
-        source = f"torch {series.version} wheel from the package index"
-    for rel, data in pristine.items():
-        expected = expected_pristine(series).get(rel)
-        if expected is not None and sha256_hex(data) != expected:
-            raise Refused(f"{rel} from the {source} differs from {series.directory}/pristine.tsv")
-    patched = apply_series(pristine, series)
+def load_topic_series(base: str, chosen: List[Topic]) -> List[Series]:
+    """The series of `base` for each chosen topic; refuses a topic without
+    one, and two topics that touch the same file."""
+    every = [load_series(base, topic) for topic in chosen]
+    owner: Dict[str, str] = {}
+    for series in every:
+        for rel in series.touched:
+            if rel in owner:
+                raise Refused(f"topics {owner[rel]} and {series.topic.name} both patch "
+                              f"{rel} in {base}; they cannot be applied together")
+            owner[rel] = series.topic.name
+    return every
+
+
+def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path,
+                chosen: List[Topic]) -> int:
+    every = load_topic_series(base, chosen)
+    series = every[0]
+    pristine: Dict[str, bytes] = {}
+    patched: Dict[str, bytes] = {}
+    for part in every:
+        if from_install:
+            files = pristine_from_install(part)
+            source = f"installed torch of {sys.executable}"
+        else:
+            files = pristine_from_wheel(part, cache)
+            source = f"torch {part.version} wheel from the package index"
+        for rel, data in files.items():
+            expected = expected_pristine(part).get(rel)
+            if expected is not None and sha256_hex(data) != expected:
+                raise Refused(f"{rel} from the {source} differs from "
+                              f"{part.directory}/pristine.tsv")
+        pristine.update(files)
+        patched.update(apply_series(files, part))
+    touched = sorted(patched)
     out.mkdir(parents=True, exist_ok=True)
     previous = previous_overlay_files(out)
     for stale in [*(p for p in out.glob(".overlay-*") if p.name != JOURNAL),
@@ -663,21 +711,26 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path) -> int:
             step(stale)
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
     staging = Path(tempfile.mkdtemp(prefix=".overlay-", dir=out))
-    new_files = [*series.touched, "SHA256SUMS", "STAMP"]
+    new_files = [*touched, "SHA256SUMS", "STAMP"]
     try:
         for rel, data in patched.items():
             step(staging / rel)
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
             (staging / rel).write_bytes(data)
-        sums = "".join(f"{sha256_hex(patched[rel])}  {rel}\n" for rel in series.touched)
+        sums = "".join(f"{sha256_hex(patched[rel])}  {rel}\n" for rel in touched)
         step(staging / "SHA256SUMS")
         (staging / "SHA256SUMS").write_text(sums)
-        stamp = [f"base: {series.base}", f"source: {source}", "series:"]
-        stamp += [f"  {sha256_hex(p.read_bytes())}  {shown(p.path)}" for p in series.patches]
+        stamp = [f"base: {series.base}", f"source: {source}"]
+        if [part.topic for part in every] != [topic for topic in topics()
+                                              if topic.applied == "default"]:
+            stamp += ["topics: " + " ".join(part.topic.name for part in every)]
+        stamp += ["series:"]
+        stamp += [f"  {sha256_hex(p.read_bytes())}  {shown(p.path)}"
+                  for part in every for p in part.patches]
         stamp += ["pristine:"]
-        stamp += [f"  {sha256_hex(pristine[rel])}  {rel}" for rel in series.touched]
+        stamp += [f"  {sha256_hex(pristine[rel])}  {rel}" for rel in touched]
         stamp += ["patched (also in SHA256SUMS):"]
-        stamp += [f"  {sha256_hex(patched[rel])}  {rel}" for rel in series.touched]
+        stamp += [f"  {sha256_hex(patched[rel])}  {rel}" for rel in touched]
         step(staging / "STAMP")
         (staging / "STAMP").write_text("\n".join(stamp) + "\n")
         # Until the journal is removed, every file it names counts as ours: a
@@ -701,9 +754,12 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path) -> int:
         (out / JOURNAL).unlink()
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    for rel in series.touched:
+    for rel in touched:
         print(f"  {out / rel}")
-    print(f"overlay for {series.base} written to {out} (verify: cd {out} && sha256sum -c SHA256SUMS)")
+    names = "" if len(every) == 1 and series.topic.primary else (
+        " (topics: " + ", ".join(part.topic.name for part in every) + ")")
+    print(f"overlay for {series.base}{names} written to {out} "
+          f"(verify: cd {out} && sha256sum -c SHA256SUMS)")
     return 0
 
 
@@ -751,6 +807,14 @@ def expected_pristine_blobs(series: Series) -> Dict[str, str]:
     return {path: row[0] for path, row in pristine_table(series).items()}
 
 
+def note_other_topics(install: Install, chosen: List[Topic]) -> None:
+    """After a plain --revert: say which opt-in topics are still applied."""
+    for topic in topics():
+        if topic not in chosen and install.for_topic(topic).state_dir.exists():
+            print(f"note: topic {topic.name} is still applied; revert it with "
+                  f"--revert --topic {topic.name}")
+
+
 @contextlib.contextmanager
 def locked(install: Install) -> Iterator[None]:
     """One apply or revert at a time per install: an flock on site-packages."""
@@ -775,17 +839,39 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--from-install", action="store_true")
     parser.add_argument("--cache", type=Path)
+    parser.add_argument("--topic", action="append")
     args = parser.parse_args(argv)
+    current: Optional[Topic] = None
     try:
+        # --status without --topic shows every topic; the other commands act
+        # on the default topics unless told.
+        chosen = select_topics(["all"] if args.command == "status" and not args.topic
+                               else args.topic)
         if args.command == "overlay":
-            return cmd_overlay(args.base, args.out, args.from_install, args.cache)
+            return cmd_overlay(args.base, args.out, args.from_install, args.cache, chosen)
         install = find_install()
         if args.command == "status":
-            return cmd_status(install)
+            results = []
+            for number, topic in enumerate(chosen):
+                if number:
+                    print()
+                results.append(cmd_status(install.for_topic(topic)))
+            return max(results)
+        command = cmd_apply if args.command == "apply" else cmd_revert
         with locked(install):
-            if args.command == "apply":
-                return cmd_apply(install, args.check)
-            return cmd_revert(install, args.check)
+            if len(chosen) > 1 and not args.check:
+                # Every topic is checked before any is written: a refusal
+                # for the second leaves the first unapplied too.
+                with contextlib.redirect_stdout(io.StringIO()):
+                    for topic in chosen:
+                        command(install.for_topic(topic), True)
+            result = 0
+            for topic in chosen:
+                current = topic
+                result = max(result, command(install.for_topic(topic), args.check))
+            if args.command == "revert" and not args.topic:
+                note_other_topics(install, chosen)
+            return result
     except Refused as problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1
@@ -799,7 +885,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         if args.command in ("apply", "revert"):
             try:
-                state = inspect(find_install()).state
+                state = inspect(find_install(current)).state
             except (OSError, Refused):
                 state = "unknown"
             hint = {"pristine": "the install is pristine: nothing was changed",

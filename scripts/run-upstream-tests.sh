@@ -73,11 +73,13 @@ if ! "$python" -m pytest --version >/dev/null 2>&1; then
   exit 1
 fi
 
-state_of() { "$here/apply.sh" --python "$python" --status | tail -n 1 | cut -d: -f1; }
+# The stock/patched switch is the default topic's; opt-in topics stay as they are.
+default_topic="$(awk -F'\t' '!/^#/ && $2 == "." {print $1}' "$here/../patches/topics.tsv")"
+state_of() { "$here/apply.sh" --python "$python" --status --topic "$default_topic" | tail -n 1 | cut -d: -f1; }
 initial="$(state_of)" || true
 case "$initial" in
   pristine|patched) ;;
-  *) "$here/apply.sh" --python "$python" --status >&2 || true
+  *) "$here/apply.sh" --python "$python" --status --topic "$default_topic" >&2 || true
      echo "run-upstream-tests.sh: $python's torch is '$initial'; need pristine or patched" >&2
      exit 1 ;;
 esac

@@ -1,7 +1,7 @@
 """Small, real installs of torch for testing scripts/apply.sh.
 
 A fake install is a venv made with `python -m venv --without-pip` whose
-site-packages holds the files the series touches, copied from a real torch
+site-packages holds the files the topics' series touch, copied from a real torch
 install, and a torch dist-info whose RECORD carries the real wheel's hashes for
 them. To importlib.metadata it is torch; apply.sh never imports torch, so the
 rest of the package is not needed. Building one takes well under a second.
@@ -26,6 +26,9 @@ TOUCHED = [
     "torch/_inductor/config.py",
     "torch/_inductor/fx_passes/pre_grad.py",
 ]
+# The file the opt-in cpu-isa-probe topic patches.
+ISA_PROBE = "torch/_inductor/cpu_vec_isa.py"
+INSTALLED = sorted(TOUCHED + [ISA_PROBE])
 
 
 def source_python(variable: str) -> str:
@@ -114,10 +117,10 @@ def make_fake_install(root: Path, source: str, version: str | None = None,
     record_lines = [
         line
         for line in (source_dist_info / "RECORD").read_text().splitlines()
-        if line.split(",", 1)[0] in TOUCHED
+        if line.split(",", 1)[0] in INSTALLED
     ]
-    assert len(record_lines) == len(TOUCHED), record_lines
-    for rel in TOUCHED:
+    assert len(record_lines) == len(INSTALLED), record_lines
+    for rel in INSTALLED:
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_bytes((source_site / rel).read_bytes())
     dist_info = site / f"torch-{version}.dist-info"

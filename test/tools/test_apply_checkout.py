@@ -87,6 +87,13 @@ class ApplyCheckoutTest(expecttest.TestCase):
   missing                 0008-inductor-do-not-fold-a-BatchNorm-into-a-conv-module-.patch
 series: 0 of 8 patches applied (matched by patch-id)
 feature present at HEAD: no
+
+<checkout>: topic cpu-isa-probe: base v2.11.0 (the one file the series touches is identical to v2.11.0's)
+  missing                 0001-inductor-probe-the-CPU-vector-ISA-without-importing-.patch
+  missing                 0002-inductor-retry-the-ISA-probe-s-dlopen-after-importin.patch
+  missing                 0003-inductor-remember-a-successful-ISA-probe-next-to-its.patch
+series: 0 of 3 patches applied (matched by patch-id)
+feature present at HEAD: no
 """)
 
     def test_apply_makes_one_commit_per_patch_keeping_messages(self) -> None:

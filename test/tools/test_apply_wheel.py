@@ -61,6 +61,10 @@ torch 2.11.0 in <site> (base v2.11.0, 8 patches)
   pristine  torch/_inductor/config.py
   pristine  torch/_inductor/fx_passes/pre_grad.py
 pristine: every file the series touches matches torch's RECORD
+
+torch 2.11.0 in <site> (base v2.11.0, topic cpu-isa-probe, 3 patches)
+  pristine  torch/_inductor/cpu_vec_isa.py
+pristine: every file the series touches matches torch's RECORD
 """)
 
     def test_check_writes_nothing(self) -> None:
@@ -110,6 +114,10 @@ torch 2.11.0 in <site> (base v2.11.0, 8 patches)
   patched   torch/_inductor/config.py
   patched   torch/_inductor/fx_passes/pre_grad.py
 patched: the series is applied (revert with --revert)
+
+torch 2.11.0 in <site> (base v2.11.0, topic cpu-isa-probe, 3 patches)
+  pristine  torch/_inductor/cpu_vec_isa.py
+pristine: every file the series touches matches torch's RECORD
 """)
 
     def test_an_earlier_series_is_replaced_by_apply(self) -> None:

@@ -1,0 +1,179 @@
+"""Topics: each a series per base, applied, reported and reverted on its own.
+
+The default topic (pre-grad-pass-timing) must behave exactly as before there
+were topics; the opt-in cpu-isa-probe topic goes through the same code path,
+on a wheel, a checkout and an overlay. Installs and checkouts are the small
+real ones of fake_install.py and checkout_repo.py.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import unittest
+from pathlib import Path
+
+import expecttest
+
+import pregrad_series
+from checkout_repo import make_checkout, site_of
+from fake_install import (FakeInstall, ISA_PROBE, make_fake_install, source_python,
+                          STATE_DIRNAME, TOUCHED)
+
+STOCK = "PREGRAD_STOCK_PYTHON"  # torch 2.11.0 as released
+UPSTREAM = "PREGRAD_UPSTREAM_PYTHON"  # torch 2.12.0 as released
+ISA = pregrad_series.select_topics(["cpu-isa-probe"])[0]
+
+
+def isa_patched() -> bytes:
+    """What the cpu-isa-probe series makes of the stock 2.11.0 file."""
+    pristine = (site_of(source_python(STOCK)) / ISA_PROBE).read_bytes()
+    series = pregrad_series.load_series("v2.11.0", ISA)
+    return pregrad_series.apply_series({ISA_PROBE: pristine}, series)[ISA_PROBE]
+
+
+class TopicsWheelTest(expecttest.TestCase):
+    maxDiff = None
+
+    def setUp(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="pregrad-topics-test-")
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = Path(self._tmp.name)
+
+    def install(self, source: str = STOCK, version: str | None = None) -> FakeInstall:
+        return make_fake_install(self.tmp / "install", source_python(source), version)
+
+    def test_default_apply_leaves_the_opt_in_topic_alone(self) -> None:
+        install = self.install()
+        before = install.snapshot()
+        code, output = install.run()
+        self.assertEqual(code, 0, output)
+        after = install.snapshot()
+        changed = sorted(rel for rel in after if after[rel] != before.get(rel))
+        self.assertEqual([rel for rel in changed if not rel.startswith(STATE_DIRNAME)],
+                         TOUCHED)
+        self.assertEqual(after[ISA_PROBE], before[ISA_PROBE])
+        self.assertEqual(sorted({rel.split("/")[0] for rel in changed
+                                 if rel.startswith(".")}), [STATE_DIRNAME])
+        self.assertNotIn("cpu-isa-probe", output)
+
+    def test_opt_in_topic_applies_reports_and_reverts_on_its_own(self) -> None:
+        install = self.install()
+        before = install.snapshot()
+        code, output = install.run("--topic", "cpu-isa-probe")
+        self.assertEqual(code, 0, output)
+        self.assertExpectedInline(output, """\
+torch 2.11.0 in <site> (base v2.11.0, topic cpu-isa-probe, 3 patches)
+  patched torch/_inductor/cpu_vec_isa.py
+applied 3 patches to 1 files; originals kept in <site>/.torch-pregrad-backport-cpu-isa-probe
+""")
+        self.assertEqual(install.path(ISA_PROBE).read_bytes(), isa_patched())
+        self.assertEqual({rel: install.path(rel).read_bytes() for rel in TOUCHED},
+                         {rel: before[rel] for rel in TOUCHED})
+        code, output = install.run("--status")
+        self.assertEqual(code, 0, output)
+        self.assertExpectedInline(output, """\
+torch 2.11.0 in <site> (base v2.11.0, 8 patches)
+  pristine  torch/_functorch/aot_autograd.py
+  pristine  torch/_inductor/codecache.py
+  pristine  torch/_inductor/compile_fx.py
+  pristine  torch/_inductor/config.py
+  pristine  torch/_inductor/fx_passes/pre_grad.py
+pristine: every file the series touches matches torch's RECORD
+
+torch 2.11.0 in <site> (base v2.11.0, topic cpu-isa-probe, 3 patches)
+  patched   torch/_inductor/cpu_vec_isa.py
+patched: the series is applied (revert with --revert --topic cpu-isa-probe)
+""")
+        code, output = install.run("--revert", "--topic", "cpu-isa-probe")
+        self.assertEqual(code, 0, output)
+        self.assertEqual(install.snapshot(), before)
+
+    def test_plain_revert_names_the_topic_still_applied(self) -> None:
+        install = self.install()
+        before = install.snapshot()
+        code, output = install.run("--topic", "all")
+        self.assertEqual(code, 0, output)
+        code, output = install.run("--revert")
+        self.assertEqual(code, 0, output)
+        self.assertIn("note: topic cpu-isa-probe is still applied; revert it with "
+                      "--revert --topic cpu-isa-probe", output)
+        self.assertEqual(install.path(ISA_PROBE).read_bytes(), isa_patched())
+        code, output = install.run("--revert", "--topic", "all")
+        self.assertEqual(code, 0, output)
+        self.assertEqual(install.snapshot(), before)
+
+    def test_all_topics_are_refused_together_when_one_cannot_apply(self) -> None:
+        install = self.install()
+        install.path(ISA_PROBE).write_bytes(install.path(ISA_PROBE).read_bytes() + b"# local\n")
+        before = install.snapshot()
+        code, output = install.run("--topic", "all")
+        self.assertEqual(code, 1, output)
+        self.assertIn("<site>/torch/_inductor/cpu_vec_isa.py: differs from the wheel and "
+                      "the series", output)
+        self.assertEqual(install.snapshot(), before)
+
+    def test_unknown_topic_is_refused_naming_the_topics(self) -> None:
+        install = self.install()
+        before = install.snapshot()
+        code, output = install.run("--topic", "cpu-isa")
+        self.assertEqual(code, 1)
+        self.assertExpectedInline(output, """\
+error: unknown topic 'cpu-isa'; topics: pre-grad-pass-timing (default), cpu-isa-probe (opt-in)
+""")
+        self.assertEqual(install.snapshot(), before)
+
+    def test_topic_without_a_series_for_the_release_is_refused(self) -> None:
+        # 2.12.1 has pre_grad_pass_timing (no series needed) but neither the
+        # probe change nor a series of the opt-in topic.
+        install = self.install(UPSTREAM, version="2.12.1")
+        before = install.snapshot()
+        code, output = install.run("--topic", "all")
+        self.assertEqual(code, 1, output)
+        self.assertIn("error: torch 2.12.1 is not a supported base of topic cpu-isa-probe "
+                      "(supported: v2.9.1, v2.10.0, v2.11.0, v2.12.0); nothing was changed",
+                      output)
+        self.assertEqual(install.snapshot(), before)
+
+    def test_overlay_of_every_topic(self) -> None:
+        install = self.install()
+        out = self.tmp / "overlay"
+        code, output = install.run("--overlay", "v2.11.0", "--topic", "all", "--out", str(out))
+        self.assertEqual(code, 0, output)
+        sums = (out / "SHA256SUMS").read_text().splitlines()
+        self.assertEqual([line.split("  ")[1] for line in sums], sorted(TOUCHED + [ISA_PROBE]))
+        self.assertIn("topics: pre-grad-pass-timing cpu-isa-probe", (out / "STAMP").read_text())
+        self.assertEqual((out / ISA_PROBE).read_bytes(), isa_patched())
+
+
+class TopicsCheckoutTest(expecttest.TestCase):
+    maxDiff = None
+
+    def setUp(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="pregrad-topics-checkout-")
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = Path(self._tmp.name)
+        self.site = site_of(source_python(STOCK))
+
+    def test_each_topic_commits_and_reverts_its_own_patches(self) -> None:
+        checkout = make_checkout(self.tmp / "pytorch", self.site)
+        code, output = checkout.run("--topic", "all")
+        self.assertEqual(code, 0, output)
+        log = checkout.git("log", "--format=%s", "-n", "11").splitlines()
+        self.assertEqual(log[:3], [
+            "inductor: remember a successful ISA probe next to its test library",
+            "inductor: retry the ISA probe's dlopen after importing torch",
+            "inductor: probe the CPU vector ISA without importing torch in the child on Linux",
+        ])
+        self.assertEqual(checkout.read(ISA_PROBE), isa_patched())
+        default_tree = checkout.git("rev-parse", "HEAD~3^{tree}")
+        code, output = checkout.run("--revert", "--topic", "cpu-isa-probe")
+        self.assertEqual(code, 0, output)
+        self.assertIn("reverted 3 commit(s) of the series", output)
+        self.assertEqual(checkout.git("rev-parse", "HEAD^{tree}"), default_tree)
+        code, output = checkout.run("--status")
+        self.assertIn("series: 8 of 8 patches applied (matched by patch-id)", output)
+        self.assertIn("series: 0 of 3 patches applied (matched by patch-id)", output)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -6,7 +6,7 @@
 # named with --bases) it makes sure a venv with that stock torch exists under
 # $PREGRAD_CACHE/venvs (scripts/venv.sh; the first run downloads about 4.6 GB
 # per version), makes a hard-linked copy of it and applies the base's series
-# there (apply.sh writes each file by atomic rename, so the stock venv keeps
+# of every topic there (apply.sh --topic all; apply.sh writes each file by atomic rename, so the stock venv keeps
 # its bytes and the copy costs a few MB), installs redis-server if it is
 # missing (as root, with apt-get), then runs test/dynamo on the stock
 # and the patched build side by side (two pytest processes):
@@ -82,7 +82,7 @@ for base in "${selected[@]}"; do
     echo "test.sh: could not set up torch $version; see $logs/venvs.log" >&2; exit 1
   fi
   if ! patched[$base]="$("$here/venv.sh" "$version" --patched-copy "torch-$version-patched" \
-                         2>>"$logs/venvs.log" | tail -n 1)"; then
+                         -- --topic all 2>>"$logs/venvs.log" | tail -n 1)"; then
     echo "test.sh: applying $base to a copy of the venv failed; see $logs/venvs.log" >&2; exit 1
   fi
   echo "   $base: stock ${stock[$base]}, patched ${patched[$base]}" >&2
@@ -92,7 +92,8 @@ export PYTORCH_PRINT_REPRO_ON_FAILURE=0
 status=0 total_passed=0 total_failed=0 total_xfail=0
 rows=()
 dynamo_suites=(test/dynamo/test_pre_grad_pass_timing.py test/dynamo/test_pre_grad_stale_hits.py
-               test/dynamo/test_pre_grad_remote_cache.py test/dynamo/test_pre_grad_results.py)
+               test/dynamo/test_pre_grad_remote_cache.py test/dynamo/test_pre_grad_results.py
+               test/dynamo/test_cpu_isa_probe.py)
 
 start_pytest() {  # start_pytest LABEL PYTHON [PYTEST_ARGS...]: in the background, output to files
   local label="$1" python="$2"

@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# Usage: bench/run.sh [--quick] [--repeats N] [--out DIR]
+# Usage: bench/run.sh [--quick] [--repeats N] [--only TEXT] [--out DIR]
+#        bench/run.sh --warm-start-only [--quick] [--repeats N] [--out DIR]
 #        bench/run.sh --help
 #
-# Reproduces the README's benchmark table and plots in one command: sets up
-# (or reuses) the stock 2.11.0, patched 2.11.0 and upstream 2.12.0 venvs
-# (scripts/venv.sh, scripts/apply.sh) and a small venv with matplotlib, then
-# runs bench/bench.py, which compiles every configuration cold and warm in new
-# processes, interleaving the builds, and writes DIR/results.json, results.md,
-# warm_breakdown.png and pregrad_vs_size.png (DIR defaults to bench-out/).
+# Reproduces the README's benchmark tables and plots in one command: sets up
+# (or reuses) the venvs it compares (scripts/venv.sh, scripts/apply.sh) and a
+# small venv with matplotlib, then runs
 #
-# The full run takes about 30 minutes on 2 cores (it prints progress and an
-# estimate); --quick takes about 3. Keep the machine otherwise idle: the
-# figures are wall-clock times.
+# - bench/bench.py: compiles every configuration cold and warm in new
+#   processes, stock 2.11.0, patched 2.11.0 and upstream 2.12.0 interleaved;
+#   writes DIR/results.json, results.md, warm_breakdown.png and
+#   pregrad_vs_size.png (DIR defaults to bench-out/). --quick, --repeats
+#   (default 3) and --only are its options.
+# - bench/warm_start.py: the whole-process warm start (spawning python to the
+#   first compiled result, warm cache directory) of stock 2.11.0, patched
+#   2.11.0 (default topic), patched 2.11.0 with both topics (the copy
+#   torch-2.11.0-patched-isa, remade on every run) and upstream 2.14.1,
+#   round-robin; adds its section to DIR/results.json and results.md and
+#   writes DIR/warm_start_process.png. 5 repeats (2 with --quick); with
+#   --warm-start-only only this figure is made and --repeats N sets them.
+#
+# The full run takes about 35 minutes on 2 cores (it prints progress and an
+# estimate); --quick about 5; --warm-start-only about 6 (5 repeats). Keep the
+# machine otherwise idle: the figures are wall-clock times.
 # Exit codes: 0 done; 1 a step failed; 2 usage error.
 set -euo pipefail
 
@@ -23,10 +34,43 @@ repo="$(dirname "$here")"
 scripts="$repo/scripts"
 cache="${PREGRAD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pregrad-backport}"
 
+warm_only=0 quick=0 repeats="" out="" bench_args=() bench_only=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --warm-start-only) warm_only=1 ;;
+    --quick) quick=1; bench_args+=("$1") ;;
+    --repeats|--out|--only)
+      [ $# -ge 2 ] || { echo "bench: $1 needs a value" >&2; usage >&2; exit 2; }
+      case "$1" in
+        --repeats) repeats="$2" ;;
+        --out) out="$2" ;;
+        *) bench_only+=("$1") ;;
+      esac
+      bench_args+=("$1" "$2"); shift ;;
+    *) bench_args+=("$1"); bench_only+=("$1") ;;
+  esac
+  shift
+done
+if [ "$warm_only" = 1 ]; then
+  if [ ${#bench_only[@]} -gt 0 ]; then
+    echo "bench: not with --warm-start-only: ${bench_only[*]}" >&2; usage >&2; exit 2
+  fi
+  ws_repeats="${repeats:-$([ "$quick" = 1 ] && echo 2 || echo 5)}"
+else
+  ws_repeats="$([ "$quick" = 1 ] && echo 2 || echo 5)"
+fi
+if ! grep -q -- --topic <<<"$("$scripts/apply.sh" --help)"; then
+  echo "bench: scripts/apply.sh has no --topic option: cannot make the both-topics build" >&2
+  exit 1
+fi
+
 stock="$("$scripts/venv.sh" 2.11.0 | tail -n 1)"
-upstream="$("$scripts/venv.sh" 2.12.0 | tail -n 1)"
 patched="$("$scripts/venv.sh" 2.11.0 torch-2.11.0-patched | tail -n 1)"
 "$scripts/apply.sh" --python "$patched"
+patched_isa="$("$scripts/venv.sh" 2.11.0 --patched-copy torch-2.11.0-patched-isa \
+  -- --topic pre-grad-pass-timing --topic cpu-isa-probe | tail -n 1)"
+newest="$("$scripts/venv.sh" 2.14.1 | tail -n 1)"
+[ "$warm_only" = 1 ] || upstream="$("$scripts/venv.sh" 2.12.0 | tail -n 1)"
 
 tools="$cache/venvs/bench-tools"
 stamp="$(sha256sum "$repo/requirements/bench.txt" | cut -d' ' -f1)"
@@ -39,5 +83,10 @@ if [ "$(cat "$tools/.pregrad-ready" 2>/dev/null)" != "$stamp" ]; then
 fi
 
 cd "$repo"
-exec "$tools/bin/python" "$here/bench.py" --stock "$stock" --patched "$patched" \
-  --upstream "$upstream" "$@"
+if [ "$warm_only" = 0 ]; then
+  "$tools/bin/python" "$here/bench.py" --stock "$stock" --patched "$patched" \
+    --upstream "$upstream" ${bench_args[@]+"${bench_args[@]}"}
+fi
+exec "$tools/bin/python" "$here/warm_start.py" --stock "$stock" --patched "$patched" \
+  --patched-isa "$patched_isa" --upstream "$newest" --repeats "$ws_repeats" \
+  --out "${out:-bench-out}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: scripts/venv.sh VERSION [NAME]
-#        scripts/venv.sh VERSION --patched-copy NAME
+#        scripts/venv.sh VERSION --patched-copy NAME [-- APPLY_ARGS...]
 #        scripts/venv.sh --help
 #
 # Makes sure a virtual environment with torch==VERSION and the test
@@ -14,7 +14,9 @@
 # --patched-copy NAME makes sure the stock venv torch-VERSION exists, then
 # makes NAME afresh as a hard-linked copy of it (a few MB, under a second)
 # and applies the series to the copy with scripts/apply.sh, which replaces
-# files by atomic rename: the stock venv keeps its bytes.
+# files by atomic rename: the stock venv keeps its bytes. Arguments after
+# `--` go to apply.sh (e.g. `-- --topic pre-grad-pass-timing --topic
+# cpu-isa-probe`); without them apply.sh applies the default topics.
 #
 # Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport),
 # PYTHON (default python3): the interpreter the venv is made from.
@@ -28,14 +30,14 @@ case "${1:-}" in
 esac
 version="$1"
 if [ "${2:-}" = --patched-copy ]; then
-  [ $# -eq 3 ] || { usage >&2; exit 2; }
+  [ $# -eq 3 ] || [ "${4:-}" = -- ] || { usage >&2; exit 2; }
   here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
   stock="$("$here/venv.sh" "$version" | tail -n 1)"
   cache="${PREGRAD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pregrad-backport}"
   copy="$cache/venvs/$3"
   rm -rf "$copy"
   cp -al "$(dirname "$(dirname "$stock")")" "$copy"
-  "$here/apply.sh" --python "$copy/bin/python" >&2
+  "$here/apply.sh" --python "$copy/bin/python" "${@:5}" >&2
   echo "$copy/bin/python"
   exit 0
 fi

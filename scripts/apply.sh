@@ -25,7 +25,9 @@
 #                        anything, every file it touches must match the wheel's
 #                        RECORD hashes; otherwise it refuses, names the files and
 #                        changes nothing. Originals are kept beside the install
-#                        (site-packages/.torch-pregrad-backport/) for --revert.
+#                        (site-packages/.torch-pregrad-backport/, and
+#                        .torch-pregrad-backport-<topic>/ for an opt-in topic)
+#                        for --revert.
 #                        A second apply says "already applied" and exits 0.
 #                        2.12.0, 2.13.0 and 2.14.1 have the feature and get their
 #                        results fixes; a torch with the feature but no series

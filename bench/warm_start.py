@@ -39,6 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (one description of the machine for both figures)
+
 CLOCK = time.CLOCK_MONOTONIC  # system-wide on Linux: parent and child read the same clock
 HERE = Path(__file__).resolve().parent
 BUILDS = ["stock", "patched", "patched-isa", "upstream"]
@@ -112,8 +115,9 @@ def run_child(python: str, cache_dir: Path) -> dict[str, Any]:
         "compile_seconds": c["t_result"] - c["t_torch"] - c["probe_seconds"],
         "seconds_to_exit": t_exit - t_spawn,
     }
-    return {**run, **{k: c[k] for k in ("probe_calls", "isa", "fast_probe", "aot_hit", "fx_hit",
-                                          "fx_miss", "matches_eager", "torch")}}
+    kept = ("probe_calls", "isa", "fast_probe", "aot_hit", "fx_hit", "fx_miss",
+            "matches_eager", "torch")
+    return {**run, **{k: c[k] for k in kept}}
 
 
 def check_build(build: str, run: dict[str, Any]) -> None:
@@ -164,15 +168,9 @@ def measure(pythons: dict[str, str], repeats: int) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    model = ""
-    try:
-        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                     if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    """bench.py's description of the machine, and how busy it was."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {"cpu": model, "cores": os.cpu_count(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_average_at_end": load}
+    return {**bench.machine(), "load_average_at_end": load}
 
 
 def stats(data: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -431,10 +431,14 @@ def no_fixes_note(topic: Topic) -> str:
     """For a torch that has the feature but no series here: where this
     topic's fixes for releases with the feature exist, if it has any."""
     bases = supported_bases(topic)
-    if all(load_series(base, topic).adds_feature for base in bases):
+    fixes = [base for base in bases if not load_series(base, topic).adds_feature]
+    if not fixes:
         return ""
-    return ("\nnote: this project's results fixes (see README, patch ledger) exist "
-            "only for the supported bases: " + ", ".join(bases))
+    if topic.primary:
+        return ("\nnote: this project's results fixes (see README, patch ledger) exist "
+                "only for the supported bases: " + ", ".join(bases))
+    return (f"\nnote: topic {topic.name} has series for releases that have its change "
+            "upstream only for: " + ", ".join(fixes))
 
 
 def cmd_apply(install: Install, check: bool) -> int:

@@ -130,7 +130,7 @@ error: unknown topic 'cpu-isa'; topics: pre-grad-pass-timing (default), cpu-isa-
         code, output = install.run("--topic", "all")
         self.assertEqual(code, 1, output)
         self.assertIn("error: torch 2.12.1 is not a supported base of topic cpu-isa-probe "
-                      "(supported: v2.9.1, v2.10.0, v2.11.0, v2.12.0); nothing was changed",
+                      "(supported: v2.9.1, v2.10.0, v2.11.0, v2.12.0, v2.13.0); nothing was changed",
                       output)
         self.assertEqual(install.snapshot(), before)
 

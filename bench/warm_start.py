@@ -39,8 +39,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench  # noqa: E402  (one description of the machine for both figures)
 
 CLOCK = time.CLOCK_MONOTONIC  # system-wide on Linux: parent and child read the same clock
 HERE = Path(__file__).resolve().parent
@@ -168,7 +166,11 @@ def measure(pythons: dict[str, str], repeats: int) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    """bench.py's description of the machine, and how busy it was."""
+    """bench.py's description of the machine, and how busy it was. Imported
+    here, in the parent only: the timed child imports nothing it does not
+    need."""
+    sys.path.insert(0, str(HERE))
+    import bench
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {**bench.machine(), "load_average_at_end": load}
 

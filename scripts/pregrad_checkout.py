@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from pregrad_series import apply_each, select_topics, Topic
+from pregrad_series import apply_each, refuse_shared_files, select_topics, Topic
 from pregrad_wheel import (
     expected_pristine_blobs,
     step,
@@ -495,6 +495,18 @@ def check_revert(checkout: Path, commits: List[tuple]) -> int:
     return 0
 
 
+def refuse_topics_sharing_files(checkout: Path, chosen: List[Topic]) -> None:
+    """Refuse, before any git step, topics whose series for this checkout
+    patch the same file: they could not be applied or reverted on their own."""
+    every = []
+    for topic in chosen:
+        try:
+            every.append(identify_base(checkout, topic).series)
+        except Refused:
+            continue  # no series for this tree: the topic's own run says so
+    refuse_shared_files(every)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="apply.sh CHECKOUT", add_help=False)
     parser.add_argument("command", choices=["apply", "revert", "status"])
@@ -520,6 +532,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             print("apply.sh: --no-commit stages one topic at a time; name one --topic",
                   file=sys.stderr)
             return 2
+        if len(chosen) > 1:
+            refuse_topics_sharing_files(checkout, chosen)
         if len(chosen) > 1 and not args.check:
             # Every topic is checked (in a throw-away index) before any is
             # applied or reverted: a refusal for one changes nothing.

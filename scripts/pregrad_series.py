@@ -345,6 +345,38 @@ def load_series(base: str, topic: Optional[Topic] = None) -> Series:
     return Series(base, directory, patches, sorted(touched), topic)
 
 
+def shared_files(every: List[Series]) -> List[str]:
+    """Files that two of these series (one base, different topics) both patch.
+    Topics are applied and reverted on their own, so they must not share one."""
+    owner: Dict[str, str] = {}
+    problems: List[str] = []
+    for series in every:
+        for rel in series.touched:
+            if rel in owner:
+                problems.append(f"{series.base}: topics {owner[rel]} and "
+                                f"{series.topic.name} both patch {rel}")
+            else:
+                owner[rel] = series.topic.name
+    return problems
+
+
+def load_topic_series(base: str, chosen: List[Topic], skip_missing: bool = False
+                      ) -> List[Series]:
+    """The series of `base` for each chosen topic (with `skip_missing`, only
+    the topics that have one); refuses two topics that patch the same file."""
+    every = [load_series(base, topic) for topic in chosen
+             if not skip_missing or (topic.directory(base) / "series").is_file()]
+    refuse_shared_files(every)
+    return every
+
+
+def refuse_shared_files(every: List[Series]) -> None:
+    problems = shared_files(every)
+    if problems:
+        raise Refused("topics that patch the same file:\n  " + "\n  ".join(problems)
+                      + "\nthey cannot be applied together; nothing was changed")
+
+
 def git_blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 

@@ -33,8 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pregrad_series import (  # noqa: E402  (one series model for every path)
     apply_series,
     confined,
+    default_topic,
     git_blob_id,
     load_series,
+    load_topic_series,
     pristine_table,
     Refused,
     select_topics,
@@ -115,7 +117,7 @@ def find_install(topic: Optional[Topic] = None) -> Install:
             "files cannot be told from modified ones"
         )
     site = Path(str(dist.locate_file(""))).resolve()
-    return Install(dist, site, dist.version, record, topic or select_topics(None)[0])
+    return Install(dist, site, dist.version, record, topic or default_topic())
 
 
 @dataclasses.dataclass
@@ -672,20 +674,6 @@ def wheel_files(wheels: Path, version: str) -> List[Path]:
                    *wheels.glob(f"torch-{version}+*.whl")])
 
 
-def load_topic_series(base: str, chosen: List[Topic]) -> List[Series]:
-    """The series of `base` for each chosen topic; refuses a topic without
-    one, and two topics that touch the same file."""
-    every = [load_series(base, topic) for topic in chosen]
-    owner: Dict[str, str] = {}
-    for series in every:
-        for rel in series.touched:
-            if rel in owner:
-                raise Refused(f"topics {owner[rel]} and {series.topic.name} both patch "
-                              f"{rel} in {base}; they cannot be applied together")
-            owner[rel] = series.topic.name
-    return every
-
-
 def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path,
                 chosen: List[Topic]) -> int:
     every = load_topic_series(base, chosen)
@@ -863,6 +851,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             return max(results)
         command = cmd_apply if args.command == "apply" else cmd_revert
         with locked(install):
+            if len(chosen) > 1:
+                load_topic_series(base_for_version(install.version), chosen,
+                                  skip_missing=True)
             if len(chosen) > 1 and not args.check:
                 # Every topic is checked before any is written: a refusal
                 # for the second leaves the first unapplied too.

@@ -8,6 +8,7 @@ real ones of fake_install.py and checkout_repo.py.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import unittest
 from pathlib import Path
@@ -16,7 +17,7 @@ import expecttest
 
 import pregrad_series
 from checkout_repo import make_checkout, site_of
-from fake_install import (FakeInstall, ISA_PROBE, make_fake_install, source_python,
+from fake_install import (FakeInstall, ISA_PROBE, make_fake_install, REPO, source_python,
                           STATE_DIRNAME, TOUCHED)
 
 STOCK = "PREGRAD_STOCK_PYTHON"  # torch 2.11.0 as released
@@ -110,6 +111,34 @@ patched: the series is applied (revert with --revert --topic cpu-isa-probe)
         self.assertEqual(code, 1, output)
         self.assertIn("<site>/torch/_inductor/cpu_vec_isa.py: differs from the wheel and "
                       "the series", output)
+        self.assertEqual(install.snapshot(), before)
+
+    def test_topics_that_patch_the_same_file_are_refused_together(self) -> None:
+        # A copy of the scripts whose patches/ gains a topic that patches
+        # config.py, as the default topic does.
+        copy = self.tmp / "copy"
+        for name in ("scripts", "patches"):
+            shutil.copytree(REPO / name, copy / name)
+        clash = copy / "patches" / "v2.11.0" / "clash"
+        clash.mkdir()
+        patch = next((copy / "patches" / "v2.11.0").glob("0003-*.patch"))
+        shutil.copy(patch, clash)
+        (clash / "series").write_text(patch.name + "\n")
+        shutil.copy(copy / "patches" / "v2.11.0" / "pristine.tsv", clash)
+        with open(copy / "patches" / "topics.tsv", "a") as topics:
+            topics.write("clash\tclash\topt-in\ttorch/_inductor/config.py\tnever\t"
+                         "clash is present\ta topic that shares config.py\n")
+        install = self.install()
+        before = install.snapshot()
+        code, output = install.run("--topic", "all", apply=copy / "scripts" / "apply.sh")
+        self.assertEqual(code, 1, output)
+        self.assertExpectedInline(output, """\
+error: topics that patch the same file:
+  v2.11.0: topics pre-grad-pass-timing and clash both patch torch/_functorch/aot_autograd.py
+  v2.11.0: topics pre-grad-pass-timing and clash both patch torch/_inductor/codecache.py
+  v2.11.0: topics pre-grad-pass-timing and clash both patch torch/_inductor/config.py
+they cannot be applied together; nothing was changed
+""")
         self.assertEqual(install.snapshot(), before)
 
     def test_unknown_topic_is_refused_naming_the_topics(self) -> None:

@@ -14,8 +14,9 @@
 #   (default 3) and --only are its options.
 # - bench/warm_start.py: the whole-process warm start (spawning python to the
 #   first compiled result, warm cache directory) of stock 2.11.0, patched
-#   2.11.0 (default topic), patched 2.11.0 with both topics (the copy
-#   torch-2.11.0-patched-isa, remade on every run) and upstream 2.14.1,
+#   2.11.0 (default topic; the copy torch-2.11.0-patched-default), patched
+#   2.11.0 with both topics (torch-2.11.0-patched-isa; both copies are remade
+#   on every run) and upstream 2.14.1,
 #   round-robin; adds its section to DIR/results.json and results.md and
 #   writes DIR/warm_start_process.png. 5 repeats (2 with --quick); with
 #   --warm-start-only only this figure is made and --repeats N sets them.
@@ -59,14 +60,9 @@ if [ "$warm_only" = 1 ]; then
 else
   ws_repeats="$([ "$quick" = 1 ] && echo 2 || echo 5)"
 fi
-if ! grep -q -- --topic <<<"$("$scripts/apply.sh" --help)"; then
-  echo "bench: scripts/apply.sh has no --topic option: cannot make the both-topics build" >&2
-  exit 1
-fi
-
 stock="$("$scripts/venv.sh" 2.11.0 | tail -n 1)"
-patched="$("$scripts/venv.sh" 2.11.0 torch-2.11.0-patched | tail -n 1)"
-"$scripts/apply.sh" --python "$patched"
+# Fresh hard-linked copies: test.sh's torch-2.11.0-patched carries every topic.
+patched="$("$scripts/venv.sh" 2.11.0 --patched-copy torch-2.11.0-patched-default | tail -n 1)"
 patched_isa="$("$scripts/venv.sh" 2.11.0 --patched-copy torch-2.11.0-patched-isa \
   -- --topic pre-grad-pass-timing --topic cpu-isa-probe | tail -n 1)"
 newest="$("$scripts/venv.sh" 2.14.1 | tail -n 1)"

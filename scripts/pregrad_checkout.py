@@ -19,21 +19,23 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, IO, List, Optional
 
-from pregrad_series import apply_each, refuse_shared_files, select_topics, Topic
-from pregrad_wheel import (
-    expected_pristine_blobs,
-    step,
+from pregrad_series import (
+    apply_each,
     load_series,
+    pristine_blobs,
     Refused,
+    refuse_shared_files,
+    select_topics,
     Series,
     supported_bases,
+    Topic,
+    topic_files,
 )
+from pregrad_wheel import step
 
 MARKERS = ["torch/_inductor/config.py", "torch/_functorch/aot_autograd.py"]
-# How far back --status and --revert look for the series' commits.
-HISTORY_DEPTH = 5000
 
 
 def git(checkout: Path, *args: str, check: bool = True,
@@ -111,35 +113,168 @@ class Base:
     exact: bool
 
 
-def identify_base(checkout: Path, topic: Topic) -> Base:
+@dataclass
+class Commit:
+    sha: str
+    message: str
+    patch_id: str = ""
+
+
+NULL_BLOB = "0" * 40
+
+
+class History:
+    """HEAD's history over the files the chosen topics touch, read once per
+    command: one `git log -p --raw` stream, newest first, and one `git
+    patch-id` over what was read. Identification, the shared-file check, the
+    silent pre-check and the real pass all use it.
+
+    The walk stops early: going back from HEAD it tracks each file's blob
+    (a commit's raw line names the blob before it), and once the files of a
+    topic hold some base's pristine blobs, nothing older can be that topic's
+    series; when every topic has reached such a point, git is stopped. A
+    tree at a base's pristine files stops before git starts; a tree that
+    never held one (an unknown base) costs one whole walk."""
+
+    def __init__(self, checkout: Path, chosen: List[Topic]) -> None:
+        self.checkout = checkout
+        self.topics = chosen
+        self.files = sorted({rel for topic in chosen for rel in topic_files(topic)})
+        listed = git(checkout, "ls-tree", "-r", "--full-tree", "HEAD", "--",
+                     *self.files).stdout
+        self.head: Dict[str, Optional[str]] = {rel: None for rel in self.files}
+        for line in listed.splitlines():
+            meta, _, rel = line.partition("\t")
+            self.head[rel] = meta.split()[2]
+        self.pristine = {topic.name: [(base, pristine_blobs(load_series(base, topic)))
+                                      for base in supported_bases(topic)]
+                         for topic in chosen}
+        self.commits: List[Commit] = []
+        # topic -> (how many of self.commits lie above its pristine point,
+        #           the bases whose pristine blobs are there)
+        self.floors: Dict[str, tuple[int, List[str]]] = {}
+        self._patch_ids: Dict[str, str] = {}
+        self._walk()
+
+    def _reached_floor(self, state: Dict[str, Optional[str]], changed: set) -> None:
+        for topic in self.topics:
+            if topic.name in self.floors:
+                continue
+            bases = [base for base, blobs in self.pristine[topic.name]
+                     if (not changed or changed & set(blobs))
+                     and all(state.get(rel) == blob for rel, blob in blobs.items())]
+            if bases:
+                self.floors[topic.name] = (len(self.commits), bases)
+
+    def _walk(self) -> None:
+        state = dict(self.head)
+        self._reached_floor(state, set())
+        if len(self.floors) == len(self.topics):
+            return
+        with tempfile.TemporaryFile() as errors:
+            self._read_log(state, errors)
+
+    def _read_log(self, state: Dict[str, Optional[str]], errors: IO[bytes]) -> None:
+        process = subprocess.Popen(
+            ["git", "-C", str(self.checkout), "log", "-p", "--raw", "--no-abbrev",
+             "--full-index", "--no-color", "--no-merges", "--format=medium",
+             "--no-ext-diff", "--no-textconv", "HEAD", "--", *self.files],
+            stdout=subprocess.PIPE, stderr=errors)
+        assert process.stdout is not None
+        chunks: List[bytes] = []
+        message: List[str] = []
+        changed: set = set()
+        current: Optional[Commit] = None
+
+        def finish() -> bool:
+            """Close the commit being read; True once every topic has a floor."""
+            if current is None:
+                return False
+            current.message = "\n".join(message).strip("\n")
+            self.commits.append(current)
+            self._reached_floor(state, changed)
+            return len(self.floors) == len(self.topics)
+
+        stopped = False
+        for raw in process.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if line.startswith("commit ") and len(line) >= 47:
+                if finish():
+                    stopped = True
+                    break
+                current = Commit(line.split()[1], "")
+                message, changed = [], set()
+            elif line.startswith("    ") and current is not None and not changed:
+                message.append(line[4:])
+            elif line == "" and not changed and current is not None and message:
+                message.append("")
+            elif line.startswith(":"):
+                meta, _, rel = line.partition("\t")
+                old = meta.split()[2]
+                state[rel] = None if old == NULL_BLOB else old
+                changed.add(rel)
+            chunks.append(raw)
+        if not stopped:
+            finish()
+            if process.wait() != 0:
+                errors.seek(0)
+                raise Refused("git log failed:\n"
+                              + errors.read().decode(errors="replace").strip())
+        else:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+        ids = git(self.checkout, "patch-id", "--stable",
+                  input=b"".join(chunks).decode("utf-8", "replace")).stdout
+        for line in ids.splitlines():
+            patch, commit = line.split()
+            self._patch_ids[commit] = patch
+        for commit in self.commits:
+            commit.patch_id = self._patch_ids.get(commit.sha, "")
+
+    def above_floor(self, topic: Topic) -> List[Commit]:
+        """The commits newer than the point where the topic's files were a
+        base's pristine files (every commit read, if there is none)."""
+        floor = self.floors.get(topic.name)
+        return self.commits[: floor[0]] if floor else self.commits
+
+    def floor_bases(self, topic: Topic) -> List[str]:
+        floor = self.floors.get(topic.name)
+        return floor[1] if floor else []
+
+
+def identify_base(history: History, topic: Topic) -> Base:
     """The base of the checkout: the one whose series is (partly) in HEAD's
     history, else the one whose pristine blobs the touched files match."""
-    # Bases share patch subjects (one concern, one subject on every base), so
-    # the base whose patches match by patch-id wins over one matched by subject.
+    checkout = history.checkout
+    # Bases share patch subjects (one concern, one subject on every base),
+    # and some topics' patches have the same patch-id on several bases: the
+    # base whose pristine files lie below the series wins, then the one
+    # matched by patch-id over one matched by subject.
     in_history = []
+    floor = history.floor_bases(topic)
     for name in supported_bases(topic):
         series = load_series(name, topic)
         exact: List[str] = []
-        found = find_series_commits(checkout, series, exact)
+        found = find_series_commits(history, series, exact)
         count = sum(1 for commit in found.values() if commit)
         if count:
-            in_history.append((len(exact), count, series))
+            in_history.append((name in floor, len(exact), count, series))
     if in_history:
-        _, count, series = max(in_history, key=lambda found: found[:2])
+        _, _, count, series = max(in_history, key=lambda found: found[:3])
         return Base(series, f"{count} of {len(series.patches)} patches of its series "
                     "are in HEAD's history", False)
     candidates = []
     for name in supported_bases(topic):
         series = load_series(name, topic)
-        blobs = expected_pristine_blobs(series)
-        head = {path: git(checkout, "rev-parse", "-q", "--verify", f"HEAD:{path}",
-                          check=False).stdout.strip() for path in blobs}
-        same = [path for path in blobs if head[path] == blobs[path]]
-        known = [path for path in blobs
-                 if git(checkout, "cat-file", "-e", blobs[path], check=False).returncode == 0]
-        candidates.append((len(same), len(known), series, same, blobs))
-    candidates.sort(key=lambda c: (c[0], c[1]), reverse=True)
-    same_count, known_count, series, same, blobs = candidates[0]
+        blobs = pristine_blobs(series)
+        same = [path for path in blobs if history.head.get(path) == blobs[path]]
+        known = [path for path in blobs if name in floor or git(
+            checkout, "cat-file", "-e", blobs[path], check=False).returncode == 0]
+        candidates.append((len(same) == len(blobs), name in floor,
+                           len(same), len(known), series, same, blobs))
+    candidates.sort(key=lambda c: c[:4], reverse=True)
+    _, _, same_count, known_count, series, same, blobs = candidates[0]
     total = len(blobs)
     if same_count == total:
         files = f"all {total} files the series touches are" if total > 1 else \
@@ -171,7 +306,7 @@ def seed_preimage_blobs(checkout: Path, series: Series) -> None:
     Each step is applied with the post-image check of `apply_each`, so a
     patch that was edited or cut short is refused here, before any git step
     that writes."""
-    blobs = expected_pristine_blobs(series)
+    blobs = pristine_blobs(series)
     pristine = {}
     for rel, blob in blobs.items():
         shown = subprocess.run(["git", "-C", str(checkout), "cat-file", "blob", blob],
@@ -182,16 +317,30 @@ def seed_preimage_blobs(checkout: Path, series: Series) -> None:
     versions = apply_each(pristine, series)[:-1]  # the last one is no pre-image
     with tempfile.TemporaryDirectory(prefix="pregrad-seed-") as tmp:
         work = Path(tmp)
+        paths = []
         for number, files in enumerate(versions):
             for rel, data in files.items():
                 (work / str(number) / rel).parent.mkdir(parents=True, exist_ok=True)
                 (work / str(number) / rel).write_bytes(data)
-                git(checkout, "hash-object", "-w", str(work / str(number) / rel))
+                paths.append(str(work / str(number) / rel))
+        if paths:
+            git(checkout, "hash-object", "-w", "--stdin-paths", input="\n".join(paths) + "\n")
 
 
 def patch_id(text: str, checkout: Path) -> str:
     out = git(checkout, "patch-id", "--stable", input=text).stdout.split()
     return out[0] if out else ""
+
+
+def series_patch_ids(checkout: Path, series: Series) -> Dict[str, str]:
+    """patch file name -> its patch-id, from one `git patch-id` run."""
+    texts = [patch.read_text() for patch in series.patches]
+    out = git(checkout, "patch-id", "--stable", input="".join(
+        text if text.endswith("\n") else text + "\n" for text in texts)).stdout.splitlines()
+    if len(out) != len(texts):  # a patch git sees no diff in: one at a time
+        return {patch.name: patch_id(text, checkout)
+                for patch, text in zip(series.patches, texts)}
+    return {patch.name: line.split()[0] for patch, line in zip(series.patches, out)}
 
 
 def patch_subject(patch: Path) -> str:
@@ -200,7 +349,7 @@ def patch_subject(patch: Path) -> str:
     return match.group(1).replace("\n ", " ") if match else ""
 
 
-def find_series_commits(checkout: Path, series: Series,
+def find_series_commits(history: History, series: Series,
                         exact: Optional[List[str]] = None) -> Dict[str, Optional[str]]:
     """patch file name -> the newest commit in HEAD's history that applied it,
     or None when there is none or a later commit reverted it.
@@ -211,37 +360,34 @@ def find_series_commits(checkout: Path, series: Series,
     A later commit reverted it if its message says "This reverts commit
     <sha>" or its diff has the reverse patch-id. `exact`, if given, collects
     the names of the patches matched by patch-id."""
-    history = git(checkout, "log", "-p", "--no-color", "--no-merges",
-                  f"-n{HISTORY_DEPTH}", "HEAD", "--", *series.touched).stdout
-    ids = dict(reversed([tuple(line.split()[::-1]) for line in  # commit -> patch-id
-                         git(checkout, "patch-id", "--stable", input=history).stdout.splitlines()]))
-    log = git(checkout, "log", "--no-merges", "--format=%H%x00%B%x01", f"-n{HISTORY_DEPTH}",
-              "HEAD", "--", *series.touched).stdout
-    messages = [entry.strip("\n").split("\0", 1) for entry in log.split("\x01")
-                if "\0" in entry]  # newest first: [commit, message]
+    checkout = history.checkout
+    commits = history.above_floor(series.topic)
     found: Dict[str, Optional[str]] = {}
+    if not commits:
+        return {patch.name: None for patch in series.patches}
+    forwards = series_patch_ids(checkout, series)
     for patch in series.patches:
         text = patch.read_text()
-        forward = patch_id(text, checkout)
         subject = patch_subject(patch)
         origin = re.search(r"^Origin: .*$", text, re.MULTILINE)
-        candidates = [commit for commit, message in messages
-                      if ids.get(commit) == forward
-                      or (message.split("\n", 1)[0] == subject
-                          and origin is not None and origin.group(0) in message)]
+        by_subject = [commit for commit in commits
+                      if commit.message.split("\n", 1)[0] == subject
+                      and origin is not None and origin.group(0) in commit.message]
+        forward = forwards[patch.name]
+        candidates = [commit for commit in commits
+                      if commit.patch_id == forward or commit in by_subject]
         if not candidates:
             found[patch.name] = None
             continue
         applied = candidates[0]
-        if exact is not None and ids.get(applied) == forward:
+        if exact is not None and applied.patch_id == forward:
             exact.append(patch.name)
-        reverse = patch_id(git(checkout, "diff", applied, f"{applied}^",
+        reverse = patch_id(git(checkout, "diff", applied.sha, f"{applied.sha}^",
                                "--", *series.touched).stdout, checkout)
-        newer = [(commit, message) for commit, message in
-                 messages[: [c for c, _ in messages].index(applied)]]
-        reverted = any(f"This reverts commit {applied}" in message or ids.get(commit) == reverse
-                       for commit, message in newer)
-        found[patch.name] = None if reverted else applied
+        newer = commits[: commits.index(applied)]
+        reverted = any(f"This reverts commit {applied.sha}" in commit.message
+                       or commit.patch_id == reverse for commit in newer)
+        found[patch.name] = None if reverted else applied.sha
     return found
 
 
@@ -292,16 +438,16 @@ def conflict_locations(checkout: Path) -> List[str]:
 # Commands
 
 
-def cmd_status(checkout: Path, topic: Topic) -> int:
-    require_checkout(checkout)
+def cmd_status(history: History, topic: Topic) -> int:
+    checkout = history.checkout
     upstream = feature_at_head(checkout, topic)
     try:
-        base = identify_base(checkout, topic)
+        base = identify_base(history, topic)
     except Refused as problem:
         print(f"{topic_label(checkout, topic)} {problem}")
         print(f"feature present at HEAD: {'yes' if upstream else 'no'}")
         return 0 if upstream else 1
-    applied = find_series_commits(checkout, base.series)
+    applied = find_series_commits(history, base.series)
     print(f"{topic_label(checkout, topic)} base {base.series.base} ({base.reason})")
     for patch in base.series.patches:
         commit = applied[patch.name]
@@ -315,19 +461,18 @@ def cmd_status(checkout: Path, topic: Topic) -> int:
     return 0
 
 
-def cmd_apply(checkout: Path, check: bool, commit: bool, topic: Topic) -> int:
-    require_checkout(checkout)
-    require_quiet(checkout)
+def cmd_apply(history: History, check: bool, commit: bool, topic: Topic) -> int:
+    checkout = history.checkout
     upstream_note = (f"{topic.present} at HEAD: the checkout has the feature upstream; "
                      "nothing to do")
     try:
-        base = identify_base(checkout, topic)
+        base = identify_base(history, topic)
     except Refused:
         if feature_at_head(checkout, topic):
             print(upstream_note if topic.primary else f"topic {topic.name}: {upstream_note}")
             return 0
         raise
-    applied = find_series_commits(checkout, base.series)
+    applied = find_series_commits(history, base.series)
     names = [patch.name for patch in base.series.patches]
     done = [name for name in names if applied[name]]
     print(("" if topic.primary else f"topic {topic.name}: ")
@@ -430,15 +575,14 @@ def apply_staged(checkout: Path, todo: List[Path]) -> int:
     return 0
 
 
-def cmd_revert(checkout: Path, check: bool, topic: Topic) -> int:
-    require_checkout(checkout)
-    require_quiet(checkout)
+def cmd_revert(history: History, check: bool, topic: Topic) -> int:
+    checkout = history.checkout
     try:
-        base = identify_base(checkout, topic).series
+        base = identify_base(history, topic).series
     except Refused:
         print("nothing to revert: no commit of the series is in HEAD's history")
         return 0
-    applied = find_series_commits(checkout, base)
+    applied = find_series_commits(history, base)
     commits = [(name, commit) for name, commit in applied.items() if commit]
     if not commits:
         print("nothing to revert: no commit of the series is in HEAD's history")
@@ -495,13 +639,13 @@ def check_revert(checkout: Path, commits: List[tuple]) -> int:
     return 0
 
 
-def refuse_topics_sharing_files(checkout: Path, chosen: List[Topic]) -> None:
+def refuse_topics_sharing_files(history: History, chosen: List[Topic]) -> None:
     """Refuse, before any git step, topics whose series for this checkout
     patch the same file: they could not be applied or reverted on their own."""
     every = []
     for topic in chosen:
         try:
-            every.append(identify_base(checkout, topic).series)
+            every.append(identify_base(history, topic).series)
         except Refused:
             continue  # no series for this tree: the topic's own run says so
     refuse_shared_files(every)
@@ -521,34 +665,39 @@ def main(argv: Optional[List[str]] = None) -> int:
         # on the default topics unless told.
         chosen = select_topics(["all"] if args.command == "status" and not args.topic
                                else args.topic)
+        if args.no_commit and len(chosen) > 1:
+            print("apply.sh: --no-commit stages one topic at a time; name one --topic",
+                  file=sys.stderr)
+            return 2
+        require_checkout(checkout)
+        if args.command != "status":
+            require_quiet(checkout)
+        history = History(checkout, chosen)
         if args.command == "status":
             results = []
             for number, topic in enumerate(chosen):
                 if number:
                     print()
-                results.append(cmd_status(checkout, topic))
+                results.append(cmd_status(history, topic))
             return max(results)
-        if args.no_commit and len(chosen) > 1:
-            print("apply.sh: --no-commit stages one topic at a time; name one --topic",
-                  file=sys.stderr)
-            return 2
         if len(chosen) > 1:
-            refuse_topics_sharing_files(checkout, chosen)
+            refuse_topics_sharing_files(history, chosen)
         if len(chosen) > 1 and not args.check:
             # Every topic is checked (in a throw-away index) before any is
-            # applied or reverted: a refusal for one changes nothing.
+            # applied or reverted: a refusal for one changes nothing. Topics
+            # share no file, so applying one leaves the others' history as read.
             with contextlib.redirect_stdout(io.StringIO()):
                 for topic in chosen:
                     if args.command == "revert":
-                        cmd_revert(checkout, True, topic)
+                        cmd_revert(history, True, topic)
                     else:
-                        cmd_apply(checkout, True, True, topic)
+                        cmd_apply(history, True, True, topic)
         result = 0
         for topic in chosen:
             if args.command == "revert":
-                result = max(result, cmd_revert(checkout, args.check, topic))
+                result = max(result, cmd_revert(history, args.check, topic))
             else:
-                result = max(result, cmd_apply(checkout, args.check, not args.no_commit, topic))
+                result = max(result, cmd_apply(history, args.check, not args.no_commit, topic))
         return result
     except Refused as problem:
         print(f"error: {problem}", file=sys.stderr)

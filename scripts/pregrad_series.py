@@ -24,7 +24,7 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
@@ -430,3 +430,108 @@ def pristine_table(series: Series) -> Dict[str, Tuple[str, str]]:
             path, blob, digest = line.split("\t")
             result[path] = (blob, digest)
     return result
+
+
+def pristine_blobs(series: Series) -> Dict[str, str]:
+    """path -> git blob id of the base's pristine file (pristine.tsv)."""
+    return {path: row[0] for path, row in pristine_table(series).items()}
+
+
+def final_blobs(series: Series) -> Dict[str, str]:
+    """path -> the git blob the whole series leaves each file as."""
+    blobs: Dict[str, str] = {}
+    for patch in series.patches:
+        for diff in patch.files:
+            blobs[diff.path] = diff.post_blob
+    return blobs
+
+
+# --------------------------------------------------------------------------
+# Which series a torch gets: decided by the bytes of the files the series
+# touch, the version string only breaking ties. Patch releases (2.12.1),
+# local build tags (+cpu, +cu130) and vendor builds (2.11.0a0+git...) are
+# where the two differ.
+
+
+def release_numbers(version: str) -> Tuple[int, ...]:
+    """'2.12.1+cu130' -> (2, 12, 1); 'v2.11.0' -> (2, 11, 0); '2.11.0a0+git1' -> (2, 11, 0)."""
+    match = re.match(r"v?(\d+(?:\.\d+)*)", version)
+    return tuple(int(part) for part in match.group(1).split(".")) if match else ()
+
+
+def version_preference(base: str, version: Optional[str]) -> Tuple[int, Tuple[int, ...]]:
+    """Sort key among bases that match equally well: the base the version
+    names, then the nearest base below it, then the nearest above."""
+    if not version:
+        return (3, ())
+    have, wanted = release_numbers(base), release_numbers(version)
+    if have == wanted:
+        return (0, ())
+    if have < wanted:
+        return (1, tuple(-part for part in have))
+    return (2, have)
+
+
+def topic_files(topic: Topic) -> List[str]:
+    """Every file that some base's series of `topic` touches (the union of
+    their pristine.tsv): what identification reads."""
+    files = set()
+    for base in supported_bases(topic):
+        files.update(pristine_table(load_series(base, topic)))
+    return sorted(files)
+
+
+@dataclasses.dataclass(frozen=True)
+class Identified:
+    """The series a tree or install gets, and why."""
+    series: Optional[Series]  # None: the topic has no series at all
+    how: str  # "pristine" | "patched" | "closest"
+    same: Tuple[str, ...]  # files holding the base's pristine or patched blob
+    differing: Tuple[str, ...]  # the others
+
+    @property
+    def exact(self) -> bool:
+        return self.how in ("pristine", "patched")
+
+    def reason(self) -> str:
+        assert self.series is not None
+        base, total = self.series.base, len(self.same) + len(self.differing)
+        files = (f"the {total} files the series touches are" if total > 1
+                 else "the one file the series touches is")
+        if self.how == "pristine":
+            return f"{files} byte-identical to {base}'s"
+        if self.how == "patched":
+            return f"{files} byte-identical to what {base}'s series makes of them"
+        return (f"{len(self.same)} of {total} files the series touches are identical "
+                f"to {base}'s, the closest base; {', '.join(self.differing)} "
+                + ("differs" if len(self.differing) == 1 else "differ"))
+
+
+def identify(topic: Topic, blobs: Mapping[str, Optional[str]],
+             version: Optional[str] = None) -> Identified:
+    """The base of `topic` whose pristine files (or whose series' patched
+    files) `blobs` (path -> git blob id, None for a missing file) hold
+    exactly; without an exact match, the closest. Ties go to the base that
+    `version` names, then to the nearest base below it."""
+    ranked = []
+    for base in supported_bases(topic):
+        series = load_series(base, topic)
+        pristine, patched = pristine_blobs(series), final_blobs(series)
+        files = sorted(set(pristine) | set(patched))
+        as_pristine = [rel for rel in files if blobs.get(rel) == pristine.get(rel)]
+        as_patched = [rel for rel in files if blobs.get(rel) == patched.get(rel, pristine.get(rel))]
+        either = [rel for rel in files if rel in as_pristine or rel in as_patched]
+        if len(as_pristine) == len(files):
+            how, same = "pristine", as_pristine
+        elif len(as_patched) == len(files):
+            how, same = "patched", as_patched
+        else:
+            how, same = "closest", either
+        differing = [rel for rel in files if rel not in same]
+        key = (how == "closest", -len(same) / len(files),
+               version_preference(base, version))
+        ranked.append((key, Identified(series, how, tuple(same), tuple(differing))))
+    if not ranked:
+        return Identified(None, "closest", (), ())
+    ranked.sort(key=lambda item: item[0])
+    return ranked[0][1]

@@ -34,26 +34,28 @@ from pregrad_series import (  # noqa: E402  (one series model for every path)
     apply_series,
     confined,
     default_topic,
+    final_blobs,
     git_blob_id,
+    identify,
+    Identified,
     load_series,
     load_topic_series,
+    refuse_shared_files,
+    pristine_blobs,
     pristine_table,
     Refused,
+    release_numbers,
     select_topics,
     Series,
     shown,
     supported_bases,
     Topic,
+    topic_files,
     topics,
 )
 STATE_DIRNAME = ".torch-pregrad-backport"
 Manifest = Dict[str, Any]  # the JSON of <state dir>/manifest.json
 MANIFEST = "manifest.json"
-
-
-def base_for_version(version: str) -> str:
-    """'2.11.0+cu128' -> 'v2.11.0': local build tags share the base's sources."""
-    return "v" + version.split("+", 1)[0]
 
 
 def record_digest(data: bytes) -> str:
@@ -101,6 +103,18 @@ class Install:
     def read(self, rel: str) -> bytes:
         return self.path(rel).read_bytes()
 
+    def blob(self, rel: str) -> Optional[str]:
+        """The git blob id of an installed file; None if it is missing or a link."""
+        path = self.path(rel)
+        if path.is_symlink() or not path.is_file():
+            return None
+        return git_blob_id(path.read_bytes())
+
+    def matches_record(self, rel: str) -> bool:
+        path = self.path(rel)
+        return (not path.is_symlink() and path.is_file()
+                and record_digest(path.read_bytes()) == self.record.get(rel))
+
 
 def find_install(topic: Optional[Topic] = None) -> Install:
     try:
@@ -129,6 +143,9 @@ class Status:
     series: Optional[Series]
     lines: List[str]  # per-file detail: "  <kind> <path>"
     manifest: Optional[Manifest]
+    # How the series was chosen: by the files' content (None: the manifest of
+    # the run that applied it names it).
+    identified: Optional[Identified] = None
 
     def headline(self) -> str:
         where = f"torch {self.install.version} in {self.install.site}"
@@ -140,6 +157,26 @@ class Status:
 
     def files(self, *kinds: str) -> List[str]:
         return [line.split()[-1] for line in self.lines if line.split()[0] in kinds]
+
+    def why(self, verb: str) -> Optional[str]:
+        """Why this series, when the version string alone would not say it
+        (2.12.1 gets v2.12.0's series, 2.9.0 its own): None otherwise."""
+        if self.series is None or (release_numbers(self.install.version)
+                                   == release_numbers(self.series.base)):
+            return None
+        where = shown(self.series.directory)
+        if self.identified is None:
+            return (f"torch {self.install.version}: patched with {where} "
+                    f"(the manifest in {self.install.state_dir} says so)")
+        if not self.identified.exact:
+            return None  # refused or reported as modified: the lines say why
+        return f"torch {self.install.version}: {self.identified.reason()}: {verb} {where}"
+
+    def print_headline(self, verb: str) -> None:
+        print(self.headline())
+        why = self.why(verb)
+        if why:
+            print(why)
 
 
 # --------------------------------------------------------------------------
@@ -174,15 +211,6 @@ def read_manifest(install: Install) -> Optional[Manifest]:
         return {"state": "unreadable manifest"}
 
 
-def final_blobs(series: Series) -> Dict[str, str]:
-    """path -> the git blob the whole series leaves each file as."""
-    blobs: Dict[str, str] = {}
-    for patch in series.patches:
-        for diff in patch.files:
-            blobs[diff.path] = diff.post_blob
-    return blobs
-
-
 def file_kind(install: Install, rel: str, patched_digest: Optional[str],
               patched_blob: Optional[str]) -> str:
     path = install.path(rel)
@@ -200,14 +228,32 @@ def file_kind(install: Install, rel: str, patched_digest: Optional[str],
     return "modified"
 
 
+def choose_series(install: Install, manifest: Optional[Manifest]
+                  ) -> tuple[Optional[Series], Optional[Identified]]:
+    """The series for this install: the one its manifest names, if this
+    torch was patched here; else the base whose files it holds byte for byte
+    (pristine, or as its series makes them); else the closest base."""
+    recorded = manifest.get("base") if manifest else None
+    if (manifest is not None and recorded in supported_bases(install.topic)
+            and manifest.get("torch") == install.version):
+        return load_series(recorded, install.topic), None
+    found = identify(install.topic,
+                     {rel: install.blob(rel) for rel in topic_files(install.topic)},
+                     install.version)
+    return found.series, found
+
+
 def inspect(install: Install) -> Status:
     manifest = read_manifest(install)
-    base = base_for_version(install.version)
-    if base not in supported_bases(install.topic):
-        if install.has_feature():
-            return Status("has-feature", install, None, [], manifest)
-        return Status("unsupported", install, None, [], manifest)
-    series = load_series(base, install.topic)
+    series, identified = choose_series(install, manifest)
+    if series is None:
+        state = "has-feature" if install.has_feature() else "unsupported"
+        return Status(state, install, None, [], manifest, identified)
+    if (identified is not None and not identified.exact
+            and all(install.matches_record(rel) for rel in identified.differing)):
+        # The wheel's own files, but no base's: a release without a series.
+        state = "has-feature" if install.has_feature() else "unsupported"
+        return Status(state, install, None, [], manifest, identified)
     for rel in series.touched:
         if rel not in install.record:
             raise Refused(f"{rel} is not in torch {install.version}'s RECORD")
@@ -215,10 +261,10 @@ def inspect(install: Install) -> Status:
         # A state directory without its manifest: a run was killed while
         # writing or removing it.
         lines = [f"  {install.state_dir} has no manifest.json (a run was killed part-way)"]
-        return Status("interrupted", install, series, lines, manifest)
+        return Status("interrupted", install, series, lines, manifest, identified=identified)
     if manifest is not None and manifest.get("state") != "applied":
         lines = [f"  {manifest.get('state')} run stopped part-way"]
-        return Status("interrupted", install, series, lines, manifest)
+        return Status("interrupted", install, series, lines, manifest, identified=identified)
     blobs = final_blobs(series)
     if manifest is not None:
         lines, kinds = [], set()
@@ -231,11 +277,11 @@ def inspect(install: Install) -> Status:
                        and sorted(manifest["patched"]) == series.touched)
         if kinds == {"patched"}:
             return Status("patched" if same_series else "outdated",
-                          install, series, lines, manifest)
+                          install, series, lines, manifest, identified=identified)
         if kinds == {"patched", "pristine"} and same_series:
-            return Status("partial", install, series, lines, manifest)
+            return Status("partial", install, series, lines, manifest, identified=identified)
         if kinds != {"pristine"}:
-            return Status("modified", install, series, lines, manifest)
+            return Status("modified", install, series, lines, manifest, identified=identified)
         # All pristine again: the state is stale (torch was reinstalled).
     lines, kinds = [], set()
     for rel in series.touched:
@@ -244,11 +290,11 @@ def inspect(install: Install) -> Status:
         lines.append(f"  {kind:<9} {rel}")
     if kinds == {"pristine"}:
         if series.adds_feature and install.has_feature():
-            return Status("has-feature", install, series, lines, manifest)
-        return Status("pristine", install, series, lines, manifest)
+            return Status("has-feature", install, series, lines, manifest, identified=identified)
+        return Status("pristine", install, series, lines, manifest, identified=identified)
     if kinds == {"patched"}:
-        return Status("patched-no-backups", install, series, lines, None)
-    return Status("modified", install, series, lines, manifest)
+        return Status("patched-no-backups", install, series, lines, None, identified=identified)
+    return Status("modified", install, series, lines, manifest, identified=identified)
 
 
 def atomic_write(target: Path, data: bytes, mode: int) -> None:
@@ -369,9 +415,16 @@ def owner_of(path: Path) -> str:
         return f"uid {uid}"
 
 
-def cmd_status(install: Install) -> int:
+def cmd_status(install: Install, named: bool = True) -> int:
+    """Print where `install` stands for its topic. Exit 0 when it is in a
+    good state; an opt-in topic that the user did not name and that has no
+    series for this release is "not available", not a failure."""
     status = inspect(install)
-    print(status.headline())
+    if status.state == "unsupported" and not named and install.topic.applied == "opt-in":
+        print(status.headline())
+        print(f"not available for this release: {unsupported_detail(status)}")
+        return 0
+    status.print_headline("using")
     for line in status.lines:
         print(line)
     messages = {
@@ -391,8 +444,7 @@ def cmd_status(install: Install) -> int:
         "--revert or the next apply rolls it back",
         "has-feature": f"has the feature: {install.topic.present}; nothing to apply"
         + ("" if status.series else no_fixes_note(install.topic)),
-        "unsupported": "unsupported: no series for this version; supported bases: "
-        + ", ".join(supported_bases(install.topic)),
+        "unsupported": f"unsupported: {unsupported_detail(status)}",
     }
     print(messages[status.state])
     return 0 if status.state in ("pristine", "patched", "has-feature") else 1
@@ -411,13 +463,27 @@ def describe_files(status: Status) -> str:
                      for line in status.lines if line.split()[0] in wrong)
 
 
+def unsupported_detail(status: Status) -> str:
+    """Why no series fits: which files differ from the closest base's."""
+    topic = status.install.topic
+    found = status.identified
+    detail = ("no series of this topic matches these files"
+              if topic.primary else f"topic {topic.name} has no series that matches these files")
+    if found is not None and found.series is not None:
+        detail += f" ({found.reason()})"
+    return detail + "; supported bases: " + ", ".join(supported_bases(topic))
+
+
 def refuse_unless_applicable(status: Status) -> None:
     if status.state == "unsupported":
         topic = status.install.topic
+        found = status.identified
+        closest = (f": its files match no base's ({found.reason()})"
+                   if found is not None and found.series is not None else "")
         raise Refused(
             f"torch {status.install.version} is not a supported base"
             + ("" if topic.primary else f" of topic {topic.name}")
-            + f" (supported: {', '.join(supported_bases(topic))}); nothing was changed"
+            + f"{closest} (supported: {', '.join(supported_bases(topic))}); nothing was changed"
         )
     if status.state == "modified":
         what = ("the series is applied, but files changed since"
@@ -445,7 +511,7 @@ def no_fixes_note(topic: Topic) -> str:
 
 def cmd_apply(install: Install, check: bool) -> int:
     status = inspect(install)
-    print(status.headline())
+    status.print_headline("applying" if status.state == "pristine" else "using")
     if status.series is not None and status.state not in ("patched", "has-feature"):
         refuse_unwritable(install, status.series)
     if status.state == "interrupted":
@@ -564,7 +630,7 @@ def write_backups(install: Install, series: Series,
 
 def cmd_revert(install: Install, check: bool) -> int:
     status = inspect(install)
-    print(status.headline())
+    status.print_headline("using")
     if status.series is not None and status.state in ("interrupted", "patched", "partial",
                                                       "outdated"):
         refuse_unwritable(install, status.series)
@@ -626,9 +692,14 @@ def cmd_revert(install: Install, check: bool) -> int:
 
 def pristine_from_install(series: Series) -> Dict[str, bytes]:
     install = find_install(series.topic)
-    if base_for_version(install.version) != series.base:
-        raise Refused(f"{sys.executable} has torch {install.version}, not {series.version}")
     status = inspect(install)
+    if status.series is None or status.series.base != series.base:
+        what = (f"the files of {status.series.base}" if status.series is not None
+                and status.identified is not None and status.identified.exact
+                else "files that match no base" if status.series is None
+                else "modified files")
+        raise Refused(f"{sys.executable} has torch {install.version}, with {what}, "
+                      f"not those of {series.base}")
     if status.state == "pristine":
         return {rel: install.read(rel) for rel in series.touched}
     if status.state == "patched":
@@ -796,7 +867,18 @@ def expected_pristine(series: Series) -> Dict[str, str]:
 
 
 def expected_pristine_blobs(series: Series) -> Dict[str, str]:
-    return {path: row[0] for path, row in pristine_table(series).items()}
+    return pristine_blobs(series)
+
+
+def installed_base(topic: Topic) -> Optional[str]:
+    """The base whose pristine or patched files this interpreter's torch holds."""
+    try:
+        status = inspect(find_install(topic))
+    except Refused:
+        return None
+    if status.series is None or status.state not in ("pristine", "patched"):
+        return None
+    return status.series.base
 
 
 def note_other_topics(install: Install, chosen: List[Topic]) -> None:
@@ -847,13 +929,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             for number, topic in enumerate(chosen):
                 if number:
                     print()
-                results.append(cmd_status(install.for_topic(topic)))
+                results.append(cmd_status(install.for_topic(topic), named=bool(args.topic)))
             return max(results)
         command = cmd_apply if args.command == "apply" else cmd_revert
         with locked(install):
             if len(chosen) > 1:
-                load_topic_series(base_for_version(install.version), chosen,
-                                  skip_missing=True)
+                refuse_shared_files([series for series in (
+                    inspect(install.for_topic(topic)).series for topic in chosen)
+                    if series is not None])
             if len(chosen) > 1 and not args.check:
                 # Every topic is checked before any is written: a refusal
                 # for the second leaves the first unapplied too.

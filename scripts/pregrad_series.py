@@ -502,9 +502,12 @@ class Identified:
             return f"{files} byte-identical to {base}'s"
         if self.how == "patched":
             return f"{files} byte-identical to what {base}'s series makes of them"
+        differ = ", ".join(self.differing) + (" differs" if len(self.differing) == 1
+                                              else " differ")
+        if not self.same:
+            return f"{differ} from every base's (nearest by version: {base})"
         return (f"{len(self.same)} of {total} files the series touches are identical "
-                f"to {base}'s, the closest base; {', '.join(self.differing)} "
-                + ("differs" if len(self.differing) == 1 else "differ"))
+                f"to {base}'s, the closest base; {differ}")
 
 
 def identify(topic: Topic, blobs: Mapping[str, Optional[str]],

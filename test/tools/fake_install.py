@@ -9,6 +9,8 @@ rest of the package is not needed. Building one takes well under a second.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -81,9 +83,13 @@ class FakeInstall:
 
 
 def make_fake_install(root: Path, source: str, version: str | None = None,
-                      base_python: str | None = None) -> FakeInstall:
+                      base_python: str | None = None,
+                      vendor_edits: dict[str, bytes] | None = None) -> FakeInstall:
     """A small install with the files of `source`'s torch; its venv is made
-    from `base_python` (default: this interpreter)."""
+    from `base_python` (default: this interpreter). `vendor_edits` (path ->
+    bytes appended) makes a build of another vendor: those files differ from
+    every release's, and its RECORD has their new hashes, as a wheel built
+    from edited sources would."""
     info = json.loads(
         subprocess.run(
             [
@@ -120,9 +126,16 @@ def make_fake_install(root: Path, source: str, version: str | None = None,
         if line.split(",", 1)[0] in INSTALLED
     ]
     assert len(record_lines) == len(INSTALLED), record_lines
+    edits = vendor_edits or {}
     for rel in INSTALLED:
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
-        (site / rel).write_bytes((source_site / rel).read_bytes())
+        (site / rel).write_bytes((source_site / rel).read_bytes() + edits.get(rel, b""))
+    for number, line in enumerate(record_lines):
+        rel = line.split(",", 1)[0]
+        if rel in edits:
+            data = (site / rel).read_bytes()
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record_lines[number] = f"{rel},sha256={digest.decode()},{len(data)}"
     dist_info = site / f"torch-{version}.dist-info"
     dist_info.mkdir()
     (dist_info / "METADATA").write_text(

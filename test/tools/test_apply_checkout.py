@@ -326,6 +326,29 @@ already applied: all 8 patches are in HEAD's history; nothing to do
             "aot_autograd: prepare again when late pre-grad passes replace parameters",
         ])
 
+    def test_checkout_of_a_patch_release_gets_the_series_its_files_match(self) -> None:
+        """A v2.12.1 tree (2.12.1's touched files are 2.12.0's, byte for
+        byte) gets v2.12.0's series, and --status says so for every topic."""
+        upstream_site = site_of(source_python("PREGRAD_UPSTREAM_PYTHON"))
+        checkout = self.checkout_at(upstream_site, "v2.12.1")
+        code, output = checkout.run("--topic", "all")
+        self.assertEqual(code, 0, output)
+        code, output = checkout.run("--status")
+        self.assertEqual(code, 0, output)
+        self.assertIn("<checkout>: base v2.12.0 (2 of 2 patches of its series are in "
+                      "HEAD's history)", output)
+        self.assertIn("<checkout>: topic cpu-isa-probe: base v2.12.0 (3 of 3 patches", output)
+        before_tree = checkout.git("rev-parse", "HEAD~5^{tree}")
+        code, output = checkout.run("--revert", "--topic", "all")
+        self.assertEqual(code, 0, output)
+        self.assertEqual(checkout.git("rev-parse", "HEAD^{tree}"), before_tree)
+
+    def checkout_at(self, site: Path, tag: str) -> Checkout:
+        checkout = make_checkout(self.tmp / tag, site)
+        checkout.git("tag", "-d", "v2.11.0")
+        checkout.git("tag", tag, "HEAD~2")
+        return checkout
+
     def test_usage_errors_exit_2(self) -> None:
         checkout = self.checkout()
         code, output = checkout.run("--python", sys.executable)

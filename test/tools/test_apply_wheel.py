@@ -38,8 +38,10 @@ class ApplyWheelTest(expecttest.TestCase):
         self.addCleanup(self._tmp.cleanup)
         self.tmp = Path(self._tmp.name)
 
-    def install(self, source: str = STOCK, version: str | None = None) -> FakeInstall:
-        return make_fake_install(self.tmp, source_python(source), version)
+    def install(self, source: str = STOCK, version: str | None = None,
+                vendor_edits: dict[str, bytes] | None = None) -> FakeInstall:
+        return make_fake_install(self.tmp, source_python(source), version,
+                                 vendor_edits=vendor_edits)
 
     def patched_bytes(self) -> dict[str, bytes]:
         """What the series makes of the pristine files, via the overlay."""
@@ -238,35 +240,55 @@ applied 2 patches to 2 files; originals kept in <site>/.torch-pregrad-backport
         self.assertEqual(install.snapshot(), before)
 
     def test_release_with_the_feature_but_no_series_is_left_alone(self) -> None:
-        install = self.install(UPSTREAM, version="2.12.1")
+        # As 2.15 would be: files of no release here, with the feature.
+        install = self.install(UPSTREAM, version="2.15.0",
+                               vendor_edits={TOUCHED[0]: b"# a later release\n"})
         before = install.snapshot()
         code, output = install.run()
         self.assertEqual(code, 0)
         self.assertEqual(output, f"""\
-torch 2.12.1 in <site>
+torch 2.15.0 in <site>
 torch._inductor.config.pre_grad_pass_timing already exists in this torch: it has the feature, nothing to do
 note: this project's results fixes (see README, patch ledger) exist only for the supported bases: {BASES}
 """)
         self.assertEqual(install.snapshot(), before)
 
-    def test_supported_version_that_already_has_the_feature_is_left_alone(self) -> None:
-        """A vendor 2.11.0 build that cherry-picked the feature: decided by the
-        code, not the version string."""
+    def test_version_string_does_not_choose_the_series(self) -> None:
+        """A build that calls itself 2.11.0 but holds 2.12.0's files gets
+        v2.12.0's series: the bytes decide."""
         install = self.install(UPSTREAM, version="2.11.0")
+        code, output = install.run("--check")
+        self.assertEqual(code, 0, output)
+        self.assertExpectedInline(output, """\
+torch 2.11.0 in <site> (base v2.12.0, 2 patches)
+torch 2.11.0: the 2 files the series touches are byte-identical to v2.12.0's: applying patches/v2.12.0
+  would patch torch/_functorch/aot_autograd.py
+  would patch torch/_inductor/fx_passes/pre_grad.py
+check: the series applies cleanly; 2 file(s) would change, nothing was written
+""")
+
+    def test_vendor_build_that_has_the_feature_is_left_alone(self) -> None:
+        """A vendor 2.11.0 build that cherry-picked the feature: its files are
+        no release's; decided by the code, not the version string."""
+        install = self.install(UPSTREAM, version="2.11.0",
+                               vendor_edits={TOUCHED[0]: b"# vendor build\n"})
         before = install.snapshot()
         code, output = install.run()
         self.assertEqual(code, 0)
         self.assertIn("it has the feature, nothing to do", output)
         self.assertEqual(install.snapshot(), before)
 
-    def test_unsupported_version_is_refused_with_the_supported_bases(self) -> None:
-        install = self.install(version="2.8.0")
+    def test_files_of_no_base_are_refused_naming_the_files_that_differ(self) -> None:
+        install = self.install(version="2.8.0",
+                               vendor_edits={"torch/_inductor/config.py": b"# 2.8\n"})
         before = install.snapshot()
         code, output = install.run()
         self.assertEqual(code, 1)
         self.assertEqual(output, f"""\
 torch 2.8.0 in <site>
-error: torch 2.8.0 is not a supported base (supported: {BASES}); nothing was changed
+error: torch 2.8.0 is not a supported base: its files match no base's (4 of 5 files the \
+series touches are identical to v2.11.0's, the closest base; torch/_inductor/config.py \
+differs) (supported: {BASES}); nothing was changed
 """)
         self.assertEqual(install.snapshot(), before)
 

@@ -8,6 +8,7 @@ real ones of fake_install.py and checkout_repo.py.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import unittest
@@ -40,8 +41,10 @@ class TopicsWheelTest(expecttest.TestCase):
         self.addCleanup(self._tmp.cleanup)
         self.tmp = Path(self._tmp.name)
 
-    def install(self, source: str = STOCK, version: str | None = None) -> FakeInstall:
-        return make_fake_install(self.tmp / "install", source_python(source), version)
+    def install(self, source: str = STOCK, version: str | None = None,
+                vendor_edits: dict[str, bytes] | None = None) -> FakeInstall:
+        return make_fake_install(self.tmp / "install", source_python(source), version,
+                                 vendor_edits=vendor_edits)
 
     def test_default_apply_leaves_the_opt_in_topic_alone(self) -> None:
         install = self.install()
@@ -151,16 +154,66 @@ error: unknown topic 'cpu-isa'; topics: pre-grad-pass-timing (default), cpu-isa-
 """)
         self.assertEqual(install.snapshot(), before)
 
+    def vendor_probe_build(self) -> FakeInstall:
+        """A vendor's 2.12 build: its cpu_vec_isa.py is no release's, so the
+        opt-in topic has no series for it; the default topic's files are
+        2.12.0's."""
+        return self.install(UPSTREAM, version="2.12.0+vendor",
+                            vendor_edits={ISA_PROBE: b"# vendor build\n"})
+
     def test_topic_without_a_series_for_the_release_is_refused(self) -> None:
-        # 2.12.1 has pre_grad_pass_timing (no series needed) but neither the
-        # probe change nor a series of the opt-in topic.
-        install = self.install(UPSTREAM, version="2.12.1")
+        install = self.vendor_probe_build()
         before = install.snapshot()
         code, output = install.run("--topic", "all")
         self.assertEqual(code, 1, output)
-        self.assertIn("error: torch 2.12.1 is not a supported base of topic cpu-isa-probe "
-                      "(supported: v2.9.1, v2.10.0, v2.11.0, v2.12.0, v2.13.0); nothing was changed",
-                      output)
+        self.assertIn(
+            "error: torch 2.12.0+vendor is not a supported base of topic cpu-isa-probe: its "
+            "files match no base's (torch/_inductor/cpu_vec_isa.py differs from every "
+            "base's (nearest by version: v2.12.0)) "
+            "(supported: v2.9.1, v2.10.0, v2.11.0, v2.12.0, v2.13.0); nothing was changed",
+            output)
+        self.assertEqual(install.snapshot(), before)
+
+    def test_status_calls_an_opt_in_topic_without_a_series_not_available(self) -> None:
+        install = self.vendor_probe_build()
+        code, output = install.run("--status")
+        self.assertEqual(code, 0, output)
+        self.assertExpectedInline(output, """\
+torch 2.12.0+vendor in <site> (base v2.12.0, 2 patches)
+  pristine  torch/_functorch/aot_autograd.py
+  pristine  torch/_inductor/fx_passes/pre_grad.py
+pristine: every file the series touches matches torch's RECORD
+
+torch 2.12.0+vendor in <site> (topic cpu-isa-probe)
+not available for this release: topic cpu-isa-probe has no series that matches these files (torch/_inductor/cpu_vec_isa.py differs from every base's (nearest by version: v2.12.0)); supported bases: v2.9.1, v2.10.0, v2.11.0, v2.12.0, v2.13.0
+""")
+        code, output = install.run("--status", "--topic", "cpu-isa-probe")
+        self.assertEqual(code, 1, output)
+        self.assertIn("unsupported: topic cpu-isa-probe has no series that matches", output)
+
+    def test_patch_release_gets_the_series_of_the_release_it_matches(self) -> None:
+        # 2.12.1's touched files are byte-identical to 2.12.0's (both topics).
+        install = self.install(UPSTREAM, version="2.12.1")
+        before = install.snapshot()
+        code, output = install.run("--topic", "all")
+        self.assertEqual(code, 0, output)
+        self.assertExpectedInline(output, """\
+torch 2.12.1 in <site> (base v2.12.0, 2 patches)
+torch 2.12.1: the 2 files the series touches are byte-identical to v2.12.0's: applying patches/v2.12.0
+  patched torch/_functorch/aot_autograd.py
+  patched torch/_inductor/fx_passes/pre_grad.py
+applied 2 patches to 2 files; originals kept in <site>/.torch-pregrad-backport
+torch 2.12.1 in <site> (base v2.12.0, topic cpu-isa-probe, 3 patches)
+torch 2.12.1: the one file the series touches is byte-identical to v2.12.0's: applying patches/v2.12.0/cpu-isa-probe
+  patched torch/_inductor/cpu_vec_isa.py
+applied 3 patches to 1 files; originals kept in <site>/.torch-pregrad-backport-cpu-isa-probe
+""")
+        code, output = install.run("--status")
+        self.assertEqual(code, 0, output)
+        self.assertIn("patched: the series is applied (revert with --revert --topic "
+                      "cpu-isa-probe)", output)
+        code, output = install.run("--revert", "--topic", "all")
+        self.assertEqual(code, 0, output)
         self.assertEqual(install.snapshot(), before)
 
     def test_overlay_of_every_topic(self) -> None:
@@ -194,6 +247,12 @@ class TopicsCheckoutTest(expecttest.TestCase):
             "inductor: probe the CPU vector ISA without importing torch in the child on Linux",
         ])
         self.assertEqual(checkout.read(ISA_PROBE), isa_patched())
+        # The probe patches have the same patch-ids on every base: the files
+        # below them (v2.11.0's) decide.
+        code, output = checkout.run("--status")
+        self.assertEqual(code, 0, output)
+        self.assertEqual(re.findall(r"^<checkout>:.* base (v[\d.]+) ", output, re.MULTILINE),
+                         ["v2.11.0", "v2.11.0"])
         default_tree = checkout.git("rev-parse", "HEAD~3^{tree}")
         code, output = checkout.run("--revert", "--topic", "cpu-isa-probe")
         self.assertEqual(code, 0, output)

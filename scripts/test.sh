@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Usage: scripts/test.sh [--bases v2.11.0,v2.14.1] [-- PYTEST_ARGS ...]
+# Usage: scripts/test.sh [--releases 2.11.0,2.14.1] [-- PYTEST_ARGS ...]
 #        scripts/test.sh --help
 #
-# Runs every test, on a fresh machine too. For each base in patches/ (or those
-# named with --bases) it makes sure a venv with that stock torch exists under
-# $PREGRAD_CACHE/venvs (scripts/venv.sh; the first run downloads about 4.6 GB
-# per version), makes a hard-linked copy of it and applies the base's series
-# of every topic there (apply.sh --topic all; apply.sh writes each file by atomic rename, so the stock venv keeps
-# its bytes and the copy costs a few MB), installs redis-server if it is
-# missing (as root, with apt-get), then runs test/dynamo on the stock
-# and the patched build side by side (two pytest processes):
+# Runs every test, on a fresh machine too. For each torch release in
+# test/releases.tsv (or those named with --releases) it makes sure a venv
+# with that stock torch exists under $PREGRAD_CACHE/venvs (scripts/venv.sh;
+# the first run downloads about 4.6 GB per release; files that two venvs
+# share byte for byte are then hard-linked, with util-linux's hardlink),
+# makes a hard-linked copy of it and applies every topic there (apply.sh
+# --topic all picks each topic's series by the files' content; it writes
+# each file by atomic rename, so the stock venv keeps its bytes and the copy
+# costs a few MB), installs redis-server if it is missing (as root, with
+# apt-get), then runs test/dynamo on the stock and the patched build side by
+# side (two pytest processes):
 #   - stock: each test must pass or fail exactly as
 #     test/dynamo/stock_expectations.py says (the behaviour, stale-hit and
 #     remote-cache tests fail on every base without the feature; the result
@@ -23,9 +26,10 @@
 # expected failures included, goes to log files under $PREGRAD_LOGS (default:
 # test-logs/ in the repository), not to the terminal.
 #
-# --bases LIST     comma-separated bases to test (default: every base with a
-#                  series); the tool suite runs whenever v2.11.0 and v2.12.0
-#                  venvs are part of the run
+# --releases LIST  comma-separated torch releases to test (default: every
+#                  release in test/releases.tsv); the tool suite runs whenever
+#                  2.11.0 and 2.12.0 are part of the run. --bases v2.11.0 is
+#                  the old spelling and still works.
 # PYTEST_ARGS      (after --) go to every pytest run; the stock checks are
 #                  skipped then, since a selection says nothing about "fails
 #                  exactly where expected".
@@ -39,21 +43,26 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 cd "$repo"
 
-all_bases="$(for d in patches/v*/; do [ -f "$d/series" ] && basename "$d"; done | sort -V | paste -sd, -)"
-bases="$all_bases"
+all_releases="$(grep -v '^#' test/releases.tsv | cut -f1 | paste -sd, -)"
+releases="$all_releases"
 pytest_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
-    --bases) [ $# -ge 2 ] || { echo "test.sh: --bases needs a list, e.g. v2.11.0" >&2; exit 2; }
-             bases="$2"; shift 2 ;;
+    --releases|--bases)
+      [ $# -ge 2 ] || { echo "test.sh: $1 needs a list, e.g. 2.11.0" >&2; exit 2; }
+      releases="$(printf '%s' "$2" | sed 's/\(^\|,\)v/\1/g')"; shift 2 ;;
     --) shift; pytest_args=("$@"); break ;;
     *) echo "test.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-IFS=, read -r -a selected <<<"$bases"
-for base in "${selected[@]}"; do
-  [ -f "patches/$base/series" ] || { echo "test.sh: no series for $base (have: $all_bases)" >&2; exit 2; }
+IFS=, read -r -a selected <<<"$releases"
+[ ${#selected[@]} -gt 0 ] || { echo "test.sh: --releases names no release (have: $all_releases)" >&2; exit 2; }
+for version in "${selected[@]}"; do
+  case ",$all_releases," in
+    *",$version,"*) ;;
+    *) echo "test.sh: $version is not in test/releases.tsv (have: $all_releases)" >&2; exit 2 ;;
+  esac
 done
 
 logs="${PREGRAD_LOGS:-$repo/test-logs}"
@@ -76,22 +85,22 @@ fi
 
 declare -A stock patched
 step "venvs (logs: $logs/venvs.log)"
-for base in "${selected[@]}"; do
-  version="${base#v}"
-  if ! stock[$base]="$("$here/venv.sh" "$version" 2>>"$logs/venvs.log" | tail -n 1)"; then
+for version in "${selected[@]}"; do
+  if ! stock[$version]="$("$here/venv.sh" "$version" 2>>"$logs/venvs.log" | tail -n 1)"; then
     echo "test.sh: could not set up torch $version; see $logs/venvs.log" >&2; exit 1
   fi
-  if ! patched[$base]="$("$here/venv.sh" "$version" --patched-copy "torch-$version-patched" \
-                         -- --topic all 2>>"$logs/venvs.log" | tail -n 1)"; then
-    echo "test.sh: applying $base to a copy of the venv failed; see $logs/venvs.log" >&2; exit 1
+  if ! patched[$version]="$("$here/venv.sh" "$version" --patched-copy "torch-$version-patched" \
+                            -- --topic all 2>>"$logs/venvs.log" | tail -n 1)"; then
+    echo "test.sh: applying the series to a copy of the torch $version venv failed; see $logs/venvs.log" >&2; exit 1
   fi
-  echo "   $base: stock ${stock[$base]}, patched ${patched[$base]}" >&2
+  echo "   $version: stock ${stock[$version]}, patched ${patched[$version]}" >&2
 done
 
 export PYTORCH_PRINT_REPRO_ON_FAILURE=0
 status=0 total_passed=0 total_failed=0 total_xfail=0
 rows=()
-dynamo_suites=(test/dynamo/test_pre_grad_pass_timing.py test/dynamo/test_pre_grad_stale_hits.py
+dynamo_suites=(test/dynamo/test_release_identification.py
+               test/dynamo/test_pre_grad_pass_timing.py test/dynamo/test_pre_grad_stale_hits.py
                test/dynamo/test_pre_grad_remote_cache.py test/dynamo/test_pre_grad_results.py
                test/dynamo/test_cpu_isa_probe.py)
 
@@ -122,25 +131,24 @@ verdict() {  # verdict LABEL [VERSION]: one row per suite of LABEL's report
   [ "$code" -eq 0 ] || status=1
 }
 
-# Stock and patched builds of a base run side by side: two pytest processes
+# Stock and patched builds of a release run side by side: two pytest processes
 # for two cores (each compile is single-threaded).
-for base in "${selected[@]}"; do
-  version="${base#v}"
-  step "$base: stock and patched, ${dynamo_suites[*]##*/} (logs: $logs/*-$version.log)"
+for version in "${selected[@]}"; do
+  step "$version: stock and patched, ${dynamo_suites[*]##*/} (logs: $logs/*-$version.log)"
   if [ ${#pytest_args[@]} -eq 0 ]; then
     # The random-stack property proves nothing on stock (it may or may not
     # draw a failing cell); the table cells are what stock is checked on.
-    start_pytest "stock-$version" "${stock[$base]}" "${dynamo_suites[@]}" -k "not random_stacks"
+    start_pytest "stock-$version" "${stock[$version]}" "${dynamo_suites[@]}" -k "not random_stacks"
   fi
-  start_pytest "patched-$version" "${patched[$base]}" "${dynamo_suites[@]}"
+  start_pytest "patched-$version" "${patched[$version]}" "${dynamo_suites[@]}"
   wait
   [ ${#pytest_args[@]} -ne 0 ] || verdict "stock-$version" "$version"
   verdict "patched-$version"
 done
-if [ -n "${stock[v2.11.0]:-}" ] && [ -n "${stock[v2.12.0]:-}" ]; then
+if [ -n "${stock[2.11.0]:-}" ] && [ -n "${stock[2.12.0]:-}" ]; then
   step "tools: test/tools (logs: $logs/tools.log)"
-  export PREGRAD_STOCK_PYTHON="${stock[v2.11.0]}" PREGRAD_UPSTREAM_PYTHON="${stock[v2.12.0]}"
-  start_pytest tools "${patched[v2.11.0]}" test/tools
+  export PREGRAD_STOCK_PYTHON="${stock[2.11.0]}" PREGRAD_UPSTREAM_PYTHON="${stock[2.12.0]}"
+  start_pytest tools "${patched[2.11.0]}" test/tools
   wait
   verdict tools
 fi

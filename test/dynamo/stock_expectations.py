@@ -59,6 +59,8 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
     """"pass", "fail" or "any" for a test of `test_file` on stock torch `version`."""
     if test_file == "test_cpu_isa_probe.py":
         return isa_probe_outcome(release(version), test_name)
+    if test_file == "test_release_identification.py":
+        return "pass"  # the tool's choice of series, on stock and patched alike
     has_feature = release(version) >= FEATURE_SINCE
     if test_file in ("test_pre_grad_pass_timing.py", "test_pre_grad_stale_hits.py",
                      "test_pre_grad_remote_cache.py"):

@@ -20,25 +20,36 @@
 #                        Without it apply, --revert and --overlay act on the
 #                        default topic only, and --status reports every topic.
 #
+# Which series: for each topic, the one whose base's files (pristine.tsv)
+# the torch or tree holds byte for byte, by git blob id, or, once patched,
+# whose patched files it holds; the version string only breaks ties. 2.12.1
+# gets v2.12.0's series, 2.14.0 v2.14.1's, a +cpu or vendor build the series
+# of the release whose files it has; the output says which and why.
+#
 # Installed wheel (the torch that interpreter PY imports):
-#   --python PY          apply the series for PY's torch version. Before writing
-#                        anything, every file it touches must match the wheel's
-#                        RECORD hashes; otherwise it refuses, names the files and
-#                        changes nothing. Originals are kept beside the install
+#   --python PY          apply the series whose base's files PY's torch holds.
+#                        Before writing anything, every file it touches must
+#                        match the wheel's RECORD hashes; otherwise it refuses,
+#                        names the files and changes nothing. Originals are kept beside the install
 #                        (site-packages/.torch-pregrad-backport/, and
 #                        .torch-pregrad-backport-<topic>/ for an opt-in topic)
 #                        for --revert.
 #                        A second apply says "already applied" and exits 0.
-#                        2.12.0, 2.13.0 and 2.14.1 have the feature and get their
-#                        results fixes; a torch with the feature but no series
-#                        here (2.12.1, 2.15, a vendor build) is reported and left
-#                        alone. The run refuses before writing if it could not
-#                        write every file (run it as the install's owner).
+#                        2.12.0-2.14.1 have the feature and get their results
+#                        fixes; a torch with the feature whose files match no
+#                        series here (2.15, a vendor build) is reported and
+#                        left alone; one without it whose files match no base
+#                        is refused, naming the files that differ. The run
+#                        refuses before writing if it could not write every
+#                        file (run it as the install's owner).
 #   --check              say what would happen; write nothing
 #   --status             pristine / patched / partly reverted by hand / patched
 #                        without backups / modified / outdated / interrupted /
-#                        has the feature / unsupported (exit 0 for pristine,
-#                        patched and has the feature)
+#                        has the feature / unsupported, for every topic (exit 0
+#                        when each is pristine, patched or has the feature; an
+#                        opt-in topic with no series for this release is "not
+#                        available for this release", which is fine unless it
+#                        was named with --topic)
 #   --revert             restore the originals, checked against RECORD again;
 #                        also finishes or rolls back an interrupted run
 #
@@ -57,7 +68,8 @@
 #                        is reported and left alone. The commits are made one
 #                        patch at a time: a run killed in between leaves a clean
 #                        tree with part of the series, which the next run
-#                        finishes.
+#                        finishes. Each command reads HEAD's history once, and
+#                        only down to where the touched files were a base's.
 #   --no-commit          stage the changes instead of committing them
 #   --check              apply into a throw-away index: HEAD, index and tree untouched
 #   --status             which patches are applied (by patch-id), and whether the
@@ -75,8 +87,9 @@
 #                        the wheel that `pip download` fetches (cached).
 #   --out DIR            write there instead of overlay/
 #
-# Supported bases: the directories of patches/ that hold a series file (for a
-# topic other than the default: patches/<base>/<topic>/series).
+# Bases: the directories of patches/ that hold a series file (for a topic
+# other than the default: patches/<base>/<topic>/series). Releases served:
+# 2.9.0, 2.9.1, 2.10.0, 2.11.0, 2.12.0, 2.12.1, 2.13.0, 2.14.0, 2.14.1.
 # Requirements: bash, git, and Python 3.9 or later for PY (and python3 on PATH
 # for CHECKOUT mode and for --overlay without --python).
 # Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport)

@@ -82,9 +82,12 @@
 # into an image or a vendored tree; see overlay/README.md):
 #   --overlay BASE       generate overlay/ for BASE (e.g. v2.11.0) from the
 #                        pristine release files plus the series. The pristine
-#                        files come from PY's torch if --python is given (it must
-#                        be BASE, pristine or patched by this script), else from
-#                        the wheel that `pip download` fetches (cached).
+#                        files come from PY's torch if --python is given (its
+#                        files must be BASE's, pristine or patched by this
+#                        script), else from the wheel that `pip download`
+#                        fetches (cached). BASE may also be a release without
+#                        a series of its own (2.12.1, 2.14.0): each topic then
+#                        gets the series whose base's files it holds.
 #   --out DIR            write there instead of overlay/
 #
 # Bases: the directories of patches/ that hold a series file (for a topic

@@ -707,22 +707,29 @@ def pristine_from_install(series: Series) -> Dict[str, bytes]:
     raise Refused(f"torch in {install.site} is {status.state}; need pristine or patched files")
 
 
-def pristine_from_wheel(series: Series, cache: Path) -> Dict[str, bytes]:
+def pristine_from_wheel(series: Series, cache: Path,
+                        version: Optional[str] = None) -> Dict[str, bytes]:
+    """The files `series` touches, from the wheel of torch `version` (the
+    base's own release if None), checked against that wheel's RECORD."""
+    return release_files_from_wheel(version or series.version, series.touched, cache)
+
+
+def release_files_from_wheel(version: str, paths: List[str], cache: Path) -> Dict[str, bytes]:
     wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    candidates = wheel_files(wheels, series.version)
+    candidates = wheel_files(wheels, version)
     if not candidates:
-        print(f"downloading the torch {series.version} wheel into {wheels} "
+        print(f"downloading the torch {version} wheel into {wheels} "
               "(about 530 MB; pip shows progress) ...", file=sys.stderr, flush=True)
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
              "--python-version", f"{sys.version_info.major}.{sys.version_info.minor}",
-             "-d", str(wheels), f"torch=={series.version}"],
+             "-d", str(wheels), f"torch=={version}"],
             check=True,
         )
-        candidates = wheel_files(wheels, series.version)
+        candidates = wheel_files(wheels, version)
     if not candidates:
-        raise Refused(f"pip did not produce a torch {series.version} wheel in {wheels}")
+        raise Refused(f"pip did not produce a torch {version} wheel in {wheels}")
     with zipfile.ZipFile(candidates[0]) as wheel:
         # A local build tag (2.13.0+cpu) names the dist-info directory too.
         record_name = next(name for name in wheel.namelist()
@@ -732,7 +739,8 @@ def pristine_from_wheel(series: Series, cache: Path) -> Dict[str, bytes]:
             path, digest, _size = line.rsplit(",", 2)
             if digest.startswith("sha256="):
                 record[path] = digest[len("sha256="):]
-        files = {rel: wheel.read(rel) for rel in series.touched}
+        names = set(wheel.namelist())
+        files = {rel: wheel.read(rel) for rel in paths if rel in names}
     for rel, data in files.items():
         if record_digest(data) != record.get(rel):
             raise Refused(f"{candidates[0]}: {rel} does not match the wheel's RECORD")
@@ -745,9 +753,43 @@ def wheel_files(wheels: Path, version: str) -> List[Path]:
                    *wheels.glob(f"torch-{version}+*.whl")])
 
 
+def overlay_series(name: str, chosen: List[Topic], from_install: bool,
+                   cache: Path) -> tuple[List[Series], Optional[str]]:
+    """The series an overlay of `name` is made from, and the release whose
+    files it starts from when that is not the base's own: a base names its
+    own series (v2.11.0); any other release (2.12.1, v2.14.0) gets, for each
+    topic, the series whose pristine files that release holds byte for byte."""
+    if all((topic.directory(name) / "series").is_file() for topic in chosen):
+        return load_topic_series(name, chosen), None
+    version = name[1:] if name.startswith("v") else name
+    if not release_numbers(version):
+        raise Refused(f"--overlay {name}: not a base or a torch release (e.g. v2.11.0, 2.12.1)")
+    paths = sorted({rel for topic in chosen for rel in topic_files(topic)})
+    if from_install:
+        install = find_install()
+        if release_numbers(install.version) != release_numbers(version):
+            raise Refused(f"{sys.executable} has torch {install.version}, not {version}")
+        blobs = {rel: install.blob(rel) for rel in paths}
+    else:
+        files = release_files_from_wheel(version, paths, cache)
+        blobs = {rel: git_blob_id(files[rel]) if rel in files else None for rel in paths}
+    every = []
+    for topic in chosen:
+        found = identify(topic, blobs, version)
+        if found.series is None or found.how != "pristine":
+            what = "" if topic.primary else f" of topic {topic.name}"
+            raise Refused(f"torch {version}: no series{what} matches its files"
+                          + (f" ({found.reason()})" if found.series else "")
+                          + "; nothing was written")
+        print(f"torch {version}: {found.reason()}: using {shown(found.series.directory)}")
+        every.append(found.series)
+    refuse_shared_files(every)
+    return every, version
+
+
 def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path,
                 chosen: List[Topic]) -> int:
-    every = load_topic_series(base, chosen)
+    every, release = overlay_series(base, chosen, from_install, cache)
     series = every[0]
     pristine: Dict[str, bytes] = {}
     patched: Dict[str, bytes] = {}
@@ -756,8 +798,8 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path,
             files = pristine_from_install(part)
             source = f"installed torch of {sys.executable}"
         else:
-            files = pristine_from_wheel(part, cache)
-            source = f"torch {part.version} wheel from the package index"
+            files = pristine_from_wheel(part, cache, release)
+            source = f"torch {release or part.version} wheel from the package index"
         for rel, data in files.items():
             expected = expected_pristine(part).get(rel)
             if expected is not None and sha256_hex(data) != expected:
@@ -783,7 +825,8 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path,
         sums = "".join(f"{sha256_hex(patched[rel])}  {rel}\n" for rel in touched)
         step(staging / "SHA256SUMS")
         (staging / "SHA256SUMS").write_text(sums)
-        stamp = [f"base: {series.base}", f"source: {source}"]
+        stamp = [f"base: {series.base}"] + ([f"release: {release}"] if release else [])
+        stamp += [f"source: {source}"]
         if [part.topic for part in every] != [topic for topic in topics()
                                               if topic.applied == "default"]:
             stamp += ["topics: " + " ".join(part.topic.name for part in every)]
@@ -821,7 +864,8 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path,
         print(f"  {out / rel}")
     names = "" if len(every) == 1 and series.topic.primary else (
         " (topics: " + ", ".join(part.topic.name for part in every) + ")")
-    print(f"overlay for {series.base}{names} written to {out} "
+    what = f"torch {release} (base {series.base})" if release else series.base
+    print(f"overlay for {what}{names} written to {out} "
           f"(verify: cd {out} && sha256sum -c SHA256SUMS)")
     return 0
 

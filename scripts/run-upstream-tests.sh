@@ -89,8 +89,8 @@ restore() {
   local now
   now="$(state_of)" || true
   if [ "$now" != "$initial" ]; then
-    if [ "$initial" = pristine ]; then "$here/apply.sh" --python "$python" --revert >&2
-    else "$here/apply.sh" --python "$python" >&2; fi
+    if [ "$initial" = pristine ]; then "$here/apply.sh" --python "$python" --revert --topic "$default_topic" >&2
+    else "$here/apply.sh" --python "$python" --topic "$default_topic" >&2; fi
   fi
   rm -rf "$reports"
 }
@@ -109,9 +109,9 @@ run_tests() {  # run_tests LABEL
   [ -f "$reports/$1.xml" ] || { echo "run-upstream-tests.sh: pytest wrote no report for $1" >&2; exit 1; }
 }
 
-[ "$initial" = pristine ] || "$here/apply.sh" --python "$python" --revert >&2
+[ "$initial" = pristine ] || "$here/apply.sh" --python "$python" --revert --topic "$default_topic" >&2
 run_tests stock
-"$here/apply.sh" --python "$python" >&2
+"$here/apply.sh" --python "$python" --topic "$default_topic" >&2
 run_tests patched
 
 after="$(tree_state)"

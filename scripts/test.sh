@@ -11,18 +11,19 @@
 # --topic all picks each topic's series by the files' content; it writes
 # each file by atomic rename, so the stock venv keeps its bytes and the copy
 # costs a few MB), installs redis-server if it is missing (as root, with
-# apt-get), then runs test/dynamo on the stock and the patched build side by
-# side (two pytest processes):
+# apt-get), then runs test/dynamo on the stock and the patched build:
 #   - stock: each test must pass or fail exactly as
 #     test/dynamo/stock_expectations.py says (the behaviour, stale-hit and
 #     remote-cache tests fail on every base without the feature; the result
 #     tests fail where upstream returns wrong numbers), so a test that cannot
 #     fail is caught;
 #   - patched: every test must pass.
-# Then, once, test/tools (apply.sh, check-patches, the series, fault
+# And once, test/tools (apply.sh, check-patches, the series, fault
 # injection) against small installs built from the stock 2.11.0 and 2.12.0
-# venvs. At the end it prints a table build x suite -> passed / failed /
-# expected-fail with a verdict, and a summary line. Full pytest output,
+# venvs. The pytest runs (per release: stock; the patched results suite;
+# patched, the other suites) go two at a time, longest first. At the end it
+# prints a table build x suite -> passed / failed / expected-fail with a
+# verdict, and a summary line. Full pytest output,
 # expected failures included, goes to log files under $PREGRAD_LOGS (default:
 # test-logs/ in the repository), not to the terminal.
 #
@@ -102,56 +103,82 @@ rows=()
 dynamo_suites=(test/dynamo/test_release_identification.py
                test/dynamo/test_pre_grad_pass_timing.py test/dynamo/test_pre_grad_stale_hits.py
                test/dynamo/test_pre_grad_remote_cache.py test/dynamo/test_pre_grad_results.py
-               test/dynamo/test_cpu_isa_probe.py)
+               test/dynamo/test_cpu_isa_probe.py test/dynamo/test_autocast_cache.py)
+# The results suite is a patched build's longest; it runs as a job of its own.
+results_suite=test/dynamo/test_pre_grad_results.py
+other_suites=()
+for suite in "${dynamo_suites[@]}"; do
+  [ "$suite" = "$results_suite" ] || other_suites+=("$suite")
+done
 
-start_pytest() {  # start_pytest LABEL PYTHON [PYTEST_ARGS...]: in the background, output to files
-  local label="$1" python="$2"
-  "$python" -m pytest -q -p no:randomly --tb=short --junitxml="$logs/$label.xml" \
-    "${@:3}" ${pytest_args[@]+"${pytest_args[@]}"} >"$logs/$label.log" 2>&1 &
-}
-
-verdict() {  # verdict LABEL [VERSION]: one row per suite of LABEL's report
-  local label="$1" version="${2:-}" line suite counts result p f x
-  if [ ! -f "$logs/$label.xml" ]; then
-    rows+=("$label|-|pytest did not run|FAILED, see $logs/$label.log"); status=1
+verdict() {  # verdict REPORT BUILD [VERSION]: one row per suite of REPORT.xml
+  local report="$1" build="$2" version="${3:-}" line suite counts result p f x
+  if [ ! -f "$logs/$report.xml" ]; then
+    rows+=("$build|-|pytest did not run|FAILED, see $logs/$report.log"); status=1
     total_failed=$((total_failed + 1)); return
   fi
-  local args=("$logs/$label.xml" --by-suite)
+  local args=("$logs/$report.xml" --by-suite)
   [ -z "$version" ] || args+=(--expect-stock "$version")
   local output code=0
-  output="$(python3 "$here/junit_summary.py" "${args[@]}" 2>>"$logs/$label.log")" || code=$?
+  output="$(python3 "$here/junit_summary.py" "${args[@]}" 2>>"$logs/$report.log")" || code=$?
   while IFS='|' read -r suite counts result; do
     [ -n "$suite" ] || continue
     read -r p _ f _ x _ <<<"$counts"
     total_passed=$((total_passed + p)); total_failed=$((total_failed + f))
     total_xfail=$((total_xfail + x))
-    [ "$result" = "${result#FAILED}" ] || result="$result, see the end of $logs/$label.log"
-    rows+=("$label|$suite|$counts|$result")
+    [ "$result" = "${result#FAILED}" ] || result="$result, see the end of $logs/$report.log"
+    rows+=("$build|$suite|$counts|$result")
   done <<<"$output"
   [ "$code" -eq 0 ] || status=1
 }
 
-# Stock and patched builds of a release run side by side: two pytest processes
-# for two cores (each compile is single-threaded).
-for version in "${selected[@]}"; do
-  step "$version: stock and patched, ${dynamo_suites[*]##*/} (logs: $logs/*-$version.log)"
-  if [ ${#pytest_args[@]} -eq 0 ]; then
-    # The random-stack property proves nothing on stock (it may or may not
-    # draw a failing cell); the table cells are what stock is checked on.
-    start_pytest "stock-$version" "${stock[$version]}" "${dynamo_suites[@]}" -k "not random_stacks"
-  fi
-  start_pytest "patched-$version" "${patched[$version]}" "${dynamo_suites[@]}"
-  wait
-  [ ${#pytest_args[@]} -ne 0 ] || verdict "stock-$version" "$version"
-  verdict "patched-$version"
-done
+# Every pytest run is a job: REPORT|BUILD|VERSION (for the stock check)|PYTHON|-k EXPRESSION|ARGS.
+# Two run at a time, for two cores (each compile is single-threaded), the
+# longest first, so that neither core waits while the other has work.
+jobs=()
 if [ -n "${stock[2.11.0]:-}" ] && [ -n "${stock[2.12.0]:-}" ]; then
-  step "tools: test/tools (logs: $logs/tools.log)"
   export PREGRAD_STOCK_PYTHON="${stock[2.11.0]}" PREGRAD_UPSTREAM_PYTHON="${stock[2.12.0]}"
-  start_pytest tools "${patched[2.11.0]}" test/tools
-  wait
-  verdict tools
+  jobs+=("tools|tools||${patched[2.11.0]}||test/tools")
 fi
+for version in "${selected[@]}"; do
+  jobs+=("patched-$version-results|patched-$version||${patched[$version]}||$results_suite")
+  if [ ${#pytest_args[@]} -eq 0 ]; then
+    # The random properties (stacks of modules, compile sequences under
+    # autocast) prove nothing on stock (they may or may not draw a failing
+    # case); the table cells and fixed scenarios are what stock is checked on.
+    jobs+=("stock-$version|stock-$version|$version|${stock[$version]}|not random_stacks and not under_autocast|${dynamo_suites[*]}")
+  fi
+  jobs+=("patched-$version|patched-$version||${patched[$version]}||${other_suites[*]}")
+done
+
+run_job() {  # run_job REPORT PYTHON EXPRESSION ARGS...: pytest, output to files
+  local report="$1" python="$2" expression="$3" begun=$SECONDS
+  local select=()
+  [ -z "$expression" ] || select=(-k "$expression")
+  "$python" -m pytest -q -p no:randomly --tb=short --junitxml="$logs/$report.xml" \
+    ${select[@]+"${select[@]}"} "${@:4}" ${pytest_args[@]+"${pytest_args[@]}"} \
+    >"$logs/$report.log" 2>&1 || true
+  printf '   done %-24s %d min %02d s\n' "$report" $(( (SECONDS - begun) / 60 )) $(( (SECONDS - begun) % 60 )) >&2
+}
+
+step "${#jobs[@]} pytest runs, two at a time (logs: $logs/<build>.log)"
+running=0
+for job in "${jobs[@]}"; do
+  IFS='|' read -r report _ _ python expression args <<<"$job"
+  if [ "$running" -ge 2 ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  read -r -a job_args <<<"$args"
+  run_job "$report" "$python" "$expression" "${job_args[@]}" &
+  running=$((running + 1))
+done
+wait
+
+for job in "${jobs[@]}"; do
+  IFS='|' read -r report build version _ _ _ <<<"$job"
+  verdict "$report" "$build" "$version"
+done
 
 printf '\n%-16s %-32s %-44s %s\n' build suite outcome verdict
 for row in "${rows[@]}"; do

@@ -28,6 +28,28 @@ ISA_PROBE_TESTS = {  # test -> the behaviour it needs; None: every release has i
     "test_cold_dlopen_failure_falls_back_to_import_torch": "fallback",
     "test_second_process_starts_no_probe_child": "load_ok_marker",
 }
+# Autocast and the AOTAutogradCache (topic autocast-cache-key): what each
+# stock release does with a graph traced under one autocast dtype.
+AMBIENT_DTYPE_KEYED_SINCE = (2, 13)  # enabled devices' dtype in the key, pytorch#181564
+AUTOCAST_BYPASS = {(2, 12), (2, 13)}  # _enter/_exit_autocast not cacheable (#192555 in 2.14)
+# test -> the stock releases it passes on, as a rule of the two facts above;
+# the dtype an in-graph region without a dtype resolves is keyed by no release.
+AUTOCAST_TESTS = {
+    # A bypass recompiles, so the result is right where the region is not cached.
+    "test_region_without_dtype_follows_the_ambient_dtype_on_a_warm_cache":
+        lambda rel: rel in AUTOCAST_BYPASS,
+    "test_region_without_dtype_misses_under_another_ambient_dtype": lambda rel: False,
+    "test_region_without_dtype_hits_under_the_same_ambient_dtype":
+        lambda rel: rel not in AUTOCAST_BYPASS,
+    "test_call_site_region_follows_its_dtype_on_a_warm_cache":
+        lambda rel: rel >= AMBIENT_DTYPE_KEYED_SINCE,
+    "test_call_site_region_misses_under_another_dtype":
+        lambda rel: rel >= AMBIENT_DTYPE_KEYED_SINCE,
+    "test_autocast_free_graph_keeps_its_hit_under_another_ambient_dtype": lambda rel: True,
+    "test_module_with_an_autocast_disabled_region_hits_on_a_warm_compile":
+        lambda rel: rel not in AUTOCAST_BYPASS,
+    "test_processes_sharing_a_cache_get_their_own_autocast_dtype": lambda rel: False,
+}
 RESULTS_CELL = re.compile(
     r"test_matches_eager_timing_(?P<timing>\w+?)_(?P<freezing>freezing|nofreezing)"
     r"_entry_(?P<entry>compile_fx|torch_compile)_model_name_(?P<model>\w+)$"
@@ -59,9 +81,15 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
     """"pass", "fail" or "any" for a test of `test_file` on stock torch `version`."""
     if test_file == "test_cpu_isa_probe.py":
         return isa_probe_outcome(release(version), test_name)
+    if test_file == "test_autocast_cache.py":
+        if test_name not in AUTOCAST_TESTS:
+            raise ValueError(f"no stock expectations for test_autocast_cache.py::{test_name}")
+        return "pass" if AUTOCAST_TESTS[test_name](release(version)) else "fail"
     if test_file == "test_release_identification.py":
         return "pass"  # the tool's choice of series, on stock and patched alike
     has_feature = release(version) >= FEATURE_SINCE
+    if test_name == "test_no_stale_hit_under_autocast":
+        return "any"  # a random sequence may or may not draw a stale case; not run on stock
     if test_file in ("test_pre_grad_pass_timing.py", "test_pre_grad_stale_hits.py",
                      "test_pre_grad_remote_cache.py"):
         return "pass" if has_feature else "fail"

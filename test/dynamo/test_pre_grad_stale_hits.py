@@ -149,6 +149,81 @@ class CompileSequence(RuleBasedStateMachine):
                                       self.compiles)
 
 
+def mm_in_region(m: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """An autocast region that names no dtype: it takes the ambient one."""
+    with torch.autocast(device_type="cpu"):
+        return (m @ n) * 2
+
+
+def mm(m: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    return (m @ n) * 2
+
+
+AUTOCAST_FORMS = ["none", "region", "call_site", "both"]
+AMBIENT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class AutocastCompileSequence(CompileSequence):
+    """The same compiles with an autocast dimension (topic autocast-cache-key):
+    the ambient CPU autocast dtype (`torch.set_autocast_dtype`), an autocast
+    region in the function that names no dtype (on/off) and autocast enabled
+    around the call (on/off). Every result is compared with eager under the
+    same settings, dtype included; the key the model expects covers the
+    ambient dtype exactly when a region or the call site takes it, so a graph
+    without autocast keeps its hits whatever the ambient dtype."""
+
+    @initialize()
+    def start(self) -> None:
+        super().start()
+        self.stack.callback(torch.set_autocast_dtype, "cpu", torch.get_autocast_dtype("cpu"))
+        generator = torch.Generator().manual_seed(0)
+        self.m = torch.randn(8, 8, generator=generator)
+        self.n = torch.randn(8, 8, generator=generator)
+
+    @rule(
+        timing=st.sampled_from(TIMINGS),
+        kind=st.sampled_from(["none", "uuid"]),
+        factor=st.sampled_from([2.0, 3.0]),
+        form=st.sampled_from(AUTOCAST_FORMS),
+        ambient=st.sampled_from(sorted(AMBIENT_DTYPES)),
+    )
+    def compile_with_autocast(self, timing: str, kind: str, factor: float, form: str,
+                              ambient: str) -> None:
+        custom = make_pass(kind, factor, "a")
+        resolved = resolved_timing(timing, kind)
+        patches: dict[str, Any] = {"pre_grad_custom_pass": custom}
+        if timing != "unset":
+            patches["pre_grad_pass_timing"] = timing
+        region = form in ("region", "both")
+        call_site = form in ("call_site", "both")
+        function = mm_in_region if region else mm
+        hits_before = counters["aot_autograd"]["autograd_cache_hit"]
+        misses_before = counters["aot_autograd"]["autograd_cache_miss"]
+        note(f"compile {self.compiles}: timing={timing} pass={kind} factor={factor} "
+             f"autocast={form} ambient={ambient} -> {resolved}")
+        self.compiles += 1
+        torch._dynamo.reset()
+        torch.set_autocast_dtype("cpu", AMBIENT_DTYPES[ambient])
+        with inductor_config.patch(patches), torch.autocast("cpu", enabled=call_site):
+            result = torch.compile(function)(self.m, self.n)
+            expected = function(self.m, self.n)
+        scale = factor if kind != "none" else 1.0
+        torch.testing.assert_close(result, expected * scale)
+
+        takes_ambient = ambient if region or call_site else None
+        pass_key = (("late", custom.uuid() if custom is not None else None)
+                    if resolved == "late" else ("early", scale))
+        key = (*pass_key, region, call_site, takes_ambient)
+        hit = key in self.stored
+        self.stored.add(key)
+        self_test.assertEqual(
+            (counters["aot_autograd"]["autograd_cache_hit"] - hits_before,
+             counters["aot_autograd"]["autograd_cache_miss"] - misses_before),
+            (1, 0) if hit else (0, 1),
+            f"AOTAutogradCache {'hit' if hit else 'miss'} expected for key {key}",
+        )
+
+
 # assertions with unittest's messages inside the machine
 import unittest  # noqa: E402
 
@@ -167,3 +242,18 @@ CompileSequence.TestCase.settings = settings(
     phases=[p for p in settings.default.phases if p.name != "shrink"],
 )
 PreGradStaleHitTests = CompileSequence.TestCase
+
+# The autocast machine's compiles are matmuls: fewer, shorter sequences.
+AutocastCompileSequence.TestCase.settings = settings(
+    max_examples=3,
+    stateful_step_count=8,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    phases=[p for p in settings.default.phases if p.name != "shrink"],
+)
+
+
+class AutocastStaleHitTests(AutocastCompileSequence.TestCase):  # type: ignore[misc,valid-type]
+    def test_no_stale_hit_under_autocast(self) -> None:
+        self.runTest()

@@ -12,10 +12,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from fake_install import APPLY, ISA_PROBE, TOUCHED
+from fake_install import APPLY, AUTOCAST, ISA_PROBE, TOUCHED
 
 # Other files of a checkout, so the tree is not only what the series touches.
-EXTRA = ["torch/__init__.py", "torch/_inductor/utils.py", ISA_PROBE]
+EXTRA = ["torch/__init__.py", "torch/_inductor/utils.py", ISA_PROBE, AUTOCAST]
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Release Engineer",
     "GIT_AUTHOR_EMAIL": "release@example.com",

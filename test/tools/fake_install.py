@@ -30,7 +30,9 @@ TOUCHED = [
 ]
 # The file the opt-in cpu-isa-probe topic patches.
 ISA_PROBE = "torch/_inductor/cpu_vec_isa.py"
-INSTALLED = sorted(TOUCHED + [ISA_PROBE])
+# The file the autocast-cache-key topic (applied by default too) patches.
+AUTOCAST = "torch/_functorch/_aot_autograd/autograd_cache.py"
+INSTALLED = sorted(TOUCHED + [ISA_PROBE, AUTOCAST])
 
 
 def source_python(variable: str) -> str:

@@ -70,7 +70,8 @@
 #                        tree with part of the series, which the next run
 #                        finishes. Each command reads HEAD's history once, and
 #                        only down to where the touched files were a base's.
-#   --no-commit          stage the changes instead of committing them
+#   --no-commit          stage the changes instead of committing them (every
+#                        chosen topic's; topics share no file)
 #   --check              apply into a throw-away index: HEAD, index and tree untouched
 #   --status             which patches are applied (by patch-id), and whether the
 #                        feature is present at HEAD

@@ -461,15 +461,20 @@ def cmd_status(history: History, topic: Topic) -> int:
     return 0
 
 
-def cmd_apply(history: History, check: bool, commit: bool, topic: Topic) -> int:
+def cmd_apply(history: History, check: bool, commit: bool, topic: Topic,
+              named: bool = True) -> int:
     checkout = history.checkout
     upstream_note = (f"{topic.present} at HEAD: the checkout has the feature upstream; "
                      "nothing to do")
     try:
         base = identify_base(history, topic)
-    except Refused:
+    except Refused as problem:
         if feature_at_head(checkout, topic):
             print(upstream_note if topic.primary else f"topic {topic.name}: {upstream_note}")
+            return 0
+        if not named and not topic.primary:
+            # A default topic the user did not name: the others still go in.
+            print(f"topic {topic.name}: not available for this tree: {problem}; left alone")
             return 0
         raise
     applied = find_series_commits(history, base.series)
@@ -665,10 +670,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         # on the default topics unless told.
         chosen = select_topics(["all"] if args.command == "status" and not args.topic
                                else args.topic)
-        if args.no_commit and len(chosen) > 1:
-            print("apply.sh: --no-commit stages one topic at a time; name one --topic",
-                  file=sys.stderr)
-            return 2
         require_checkout(checkout)
         if args.command != "status":
             require_quiet(checkout)
@@ -682,22 +683,29 @@ def main(argv: Optional[List[str]] = None) -> int:
             return max(results)
         if len(chosen) > 1:
             refuse_topics_sharing_files(history, chosen)
+        named = bool(args.topic)
         if len(chosen) > 1 and not args.check:
             # Every topic is checked (in a throw-away index) before any is
             # applied or reverted: a refusal for one changes nothing. Topics
             # share no file, so applying one leaves the others' history as read.
-            with contextlib.redirect_stdout(io.StringIO()):
-                for topic in chosen:
-                    if args.command == "revert":
-                        cmd_revert(history, True, topic)
-                    else:
-                        cmd_apply(history, True, True, topic)
+            for topic in chosen:
+                captured = io.StringIO()
+                try:
+                    with contextlib.redirect_stdout(captured):
+                        if args.command == "revert":
+                            cmd_revert(history, True, topic)
+                        else:
+                            cmd_apply(history, True, True, topic, named)
+                except Refused:
+                    sys.stdout.write(captured.getvalue())
+                    raise
         result = 0
         for topic in chosen:
             if args.command == "revert":
                 result = max(result, cmd_revert(history, args.check, topic))
             else:
-                result = max(result, cmd_apply(history, args.check, not args.no_commit, topic))
+                result = max(result, cmd_apply(history, args.check, not args.no_commit, topic,
+                                               named))
         return result
     except Refused as problem:
         print(f"error: {problem}", file=sys.stderr)

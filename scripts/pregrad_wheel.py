@@ -509,8 +509,16 @@ def no_fixes_note(topic: Topic) -> str:
             "upstream only for: " + ", ".join(fixes))
 
 
-def cmd_apply(install: Install, check: bool) -> int:
+def cmd_apply(install: Install, check: bool, named: bool = True) -> int:
+    """Apply the topic's series. A topic other than the original one that
+    the user did not name and that has no series for this release is
+    reported as not available, not refused: a plain apply on a release the
+    default topics were not written for still does what it can."""
     status = inspect(install)
+    if status.state == "unsupported" and not named and not install.topic.primary:
+        print(status.headline())
+        print(f"not available for this release: {unsupported_detail(status)}; left alone")
+        return 0
     status.print_headline("applying" if status.state == "pristine" else "using")
     if status.series is not None and status.state not in ("patched", "has-feature"):
         refuse_unwritable(install, status.series)
@@ -628,7 +636,7 @@ def write_backups(install: Install, series: Series,
     os.replace(staging, install.state_dir)
 
 
-def cmd_revert(install: Install, check: bool) -> int:
+def cmd_revert(install: Install, check: bool, named: bool = True) -> int:
     status = inspect(install)
     status.print_headline("using")
     if status.series is not None and status.state in ("interrupted", "patched", "partial",
@@ -981,16 +989,39 @@ def main(argv: Optional[List[str]] = None) -> int:
                 refuse_shared_files([series for series in (
                     inspect(install.for_topic(topic)).series for topic in chosen)
                     if series is not None])
+            named = bool(args.topic)
             if len(chosen) > 1 and not args.check:
                 # Every topic is checked before any is written: a refusal
-                # for the second leaves the first unapplied too.
-                with contextlib.redirect_stdout(io.StringIO()):
-                    for topic in chosen:
-                        command(install.for_topic(topic), True)
+                # for the second leaves the first unapplied too. The refused
+                # topic's lines are shown with its error.
+                for topic in chosen:
+                    captured = io.StringIO()
+                    try:
+                        with contextlib.redirect_stdout(captured):
+                            command(install.for_topic(topic), True, named)
+                    except Refused:
+                        sys.stdout.write(captured.getvalue())
+                        raise
             result = 0
-            for topic in chosen:
-                current = topic
-                result = max(result, command(install.for_topic(topic), args.check))
+            applied_here: List[Topic] = []
+            try:
+                for topic in chosen:
+                    current = topic
+                    before = inspect(install.for_topic(topic)).state
+                    result = max(result, command(install.for_topic(topic), args.check, named))
+                    if (args.command == "apply" and not args.check and before != "patched"
+                            and inspect(install.for_topic(topic)).state == "patched"):
+                        applied_here.append(topic)
+            except BaseException:
+                # A failure the pre-check could not foresee (disk full, an
+                # I/O error) in one topic: take back the topics this run
+                # applied before it, so that the install is as it was.
+                for topic in reversed(applied_here):
+                    with contextlib.redirect_stdout(io.StringIO()):
+                        cmd_revert(install.for_topic(topic), False)
+                    print(f"took back topic {topic.name}, applied earlier in this run",
+                          file=sys.stderr)
+                raise
             if args.command == "revert" and not args.topic:
                 note_other_topics(install, chosen)
             return result

@@ -180,10 +180,13 @@ class AutocastCompileSequence(CompileSequence):
         self.m = torch.randn(8, 8, generator=generator)
         self.n = torch.randn(8, 8, generator=generator)
 
+    # Only this machine's own rule: its keys are what it is about.
+    compile_and_run = None  # type: ignore[assignment]
+
     @rule(
-        timing=st.sampled_from(TIMINGS),
+        timing=st.sampled_from(["unset", "early", "late"]),
         kind=st.sampled_from(["none", "uuid"]),
-        factor=st.sampled_from([2.0, 3.0]),
+        factor=st.just(2.0),
         form=st.sampled_from(AUTOCAST_FORMS),
         ambient=st.sampled_from(sorted(AMBIENT_DTYPES)),
     )

@@ -25,6 +25,9 @@ import pregrad_checkout  # noqa: E402
 import pregrad_wheel  # noqa: E402
 
 SERIES = pregrad_wheel.load_series("v2.11.0")
+# The original topic alone: what most scenarios here are about (a plain
+# apply also applies the other default topics, autocast-cache-key).
+ORIGINAL = ("--topic", "pre-grad-pass-timing")
 
 
 def stock_site() -> Path:
@@ -88,6 +91,12 @@ class ApplyCheckoutTest(expecttest.TestCase):
 series: 0 of 8 patches applied (matched by patch-id)
 feature present at HEAD: no
 
+<checkout>: topic autocast-cache-key: base v2.11.0 (the one file the series touches is identical to v2.11.0's)
+  missing                 0001-aot_autograd-key-the-AOTAutogradCache-on-each-enable.patch
+  missing                 0002-aot_autograd-key-the-ambient-dtype-an-in-graph-autoc.patch
+series: 0 of 2 patches applied (matched by patch-id)
+feature present at HEAD: no
+
 <checkout>: topic cpu-isa-probe: base v2.11.0 (the one file the series touches is identical to v2.11.0's)
   missing                 0001-inductor-probe-the-CPU-vector-ISA-without-importing-.patch
   missing                 0002-inductor-retry-the-ISA-probe-s-dlopen-after-importin.patch
@@ -99,7 +108,7 @@ feature present at HEAD: no
     def test_apply_makes_one_commit_per_patch_keeping_messages(self) -> None:
         checkout = self.checkout()
         base = checkout.git("rev-parse", "HEAD").strip()
-        code, output = checkout.run()
+        code, output = checkout.run(*ORIGINAL)
         self.assertEqual(code, 0, output)
         self.assertIn(f"base v2.11.0: all {len(TOUCHED)} files the series touches are identical", output)
         log = checkout.git("log", "--reverse", "--format=%s", f"{base}..HEAD").splitlines()
@@ -125,6 +134,8 @@ feature present at HEAD: no
         self.assertExpectedInline(output, """\
 base v2.11.0: 8 of 8 patches of its series are in HEAD's history
 already applied: all 8 patches are in HEAD's history; nothing to do
+topic autocast-cache-key: base v2.11.0: 2 of 2 patches of its series are in HEAD's history
+already applied: all 2 patches are in HEAD's history; nothing to do
 """)
         self.assertEqual(checkout.state(), before)
 
@@ -140,7 +151,7 @@ already applied: all 8 patches are in HEAD's history; nothing to do
     def test_no_commit_stages_the_series(self) -> None:
         checkout = self.checkout()
         head = checkout.git("rev-parse", "HEAD")
-        code, output = checkout.run("--no-commit")
+        code, output = checkout.run("--no-commit", *ORIGINAL)
         self.assertEqual(code, 0, output)
         self.assertEqual(checkout.git("rev-parse", "HEAD"), head)
         self.assertEqual(sorted(checkout.git("diff", "--cached", "--name-only").split()), TOUCHED)
@@ -204,9 +215,9 @@ already applied: all 8 patches are in HEAD's history; nothing to do
 
     def test_revert_reverts_exactly_the_series(self) -> None:
         checkout = self.checkout()
-        self.assertEqual(checkout.run()[0], 0)
+        self.assertEqual(checkout.run(*ORIGINAL)[0], 0)
         checkout.commit_file("NOTES", b"later, unrelated\n", "later unrelated commit")
-        code, output = checkout.run("--revert")
+        code, output = checkout.run("--revert", *ORIGINAL)
         self.assertEqual(code, 0, output)
         self.assertEqual(
             checkout.git("log", f"-{len(SERIES.patches)}", "--format=%s").splitlines(),
@@ -219,7 +230,7 @@ already applied: all 8 patches are in HEAD's history; nothing to do
 
     def test_revert_refuses_when_later_commits_touched_the_same_lines(self) -> None:
         checkout = self.patched_then_changed_on_top()
-        output = self.assertRefusedUnchanged(checkout, "--revert")
+        output = self.assertRefusedUnchanged(checkout, "--revert", *ORIGINAL)
         self.assertIn("cannot revert 0003-inductor-add-pre_grad_pass_timing", output)
         self.assertRegex(output, r"torch/_inductor/config\.py:\d+")
         self.assertIn("fork: default to early", output)
@@ -299,7 +310,7 @@ already applied: all 8 patches are in HEAD's history; nothing to do
 
     def test_refuses_a_conflict_naming_patch_file_and_line(self) -> None:
         checkout = self.conflicting_checkout()
-        output = self.assertRefusedUnchanged(checkout)
+        output = self.assertRefusedUnchanged(checkout, *ORIGINAL)
         self.assertIn("0003-inductor-add-pre_grad_pass_timing-early-late-default.patch does "
                       "not apply, even with a 3-way merge; conflicts at:", output)
         self.assertRegex(output, r"\n  torch/_inductor/config\.py:\d+\n")
@@ -316,7 +327,7 @@ already applied: all 8 patches are in HEAD's history; nothing to do
         """A v2.12.0 tree is found by content and gets its own two-patch series."""
         upstream_site = site_of(source_python("PREGRAD_UPSTREAM_PYTHON"))
         checkout = make_checkout(self.tmp / "v2.12", upstream_site)
-        code, output = checkout.run()
+        code, output = checkout.run(*ORIGINAL)
         self.assertEqual(code, 0, output)
         self.assertIn("base v2.12.0: all 2 files the series touches are identical to "
                       "v2.12.0's", output)
@@ -331,6 +342,7 @@ already applied: all 8 patches are in HEAD's history; nothing to do
         byte) gets v2.12.0's series, and --status says so for every topic."""
         upstream_site = site_of(source_python("PREGRAD_UPSTREAM_PYTHON"))
         checkout = self.checkout_at(upstream_site, "v2.12.1")
+        before_tree = checkout.git("rev-parse", "HEAD^{tree}")
         code, output = checkout.run("--topic", "all")
         self.assertEqual(code, 0, output)
         code, output = checkout.run("--status")
@@ -338,7 +350,8 @@ already applied: all 8 patches are in HEAD's history; nothing to do
         self.assertIn("<checkout>: base v2.12.0 (2 of 2 patches of its series are in "
                       "HEAD's history)", output)
         self.assertIn("<checkout>: topic cpu-isa-probe: base v2.12.0 (3 of 3 patches", output)
-        before_tree = checkout.git("rev-parse", "HEAD~5^{tree}")
+        self.assertIn("<checkout>: topic autocast-cache-key: base v2.12.0 (3 of 3 patches",
+                      output)
         code, output = checkout.run("--revert", "--topic", "all")
         self.assertEqual(code, 0, output)
         self.assertEqual(checkout.git("rev-parse", "HEAD^{tree}"), before_tree)

@@ -17,6 +17,7 @@ import expecttest
 
 import pregrad_series
 from fake_install import (
+    AUTOCAST,
     FakeInstall,
     make_fake_install,
     REPO,
@@ -30,6 +31,8 @@ UPSTREAM = "PREGRAD_UPSTREAM_PYTHON"  # torch 2.12.0 as released
 FAULT = "_PREGRAD_TEST_FAULT"
 # The supported bases as apply.sh lists them; more come as data.
 BASES = ", ".join(pregrad_series.supported_bases())
+AUTOCAST_BASES = ", ".join(pregrad_series.supported_bases(
+    pregrad_series.select_topics(["autocast-cache-key"])[0]))
 
 
 class ApplyWheelTest(expecttest.TestCase):
@@ -64,6 +67,10 @@ torch 2.11.0 in <site> (base v2.11.0, 8 patches)
   pristine  torch/_inductor/fx_passes/pre_grad.py
 pristine: every file the series touches matches torch's RECORD
 
+torch 2.11.0 in <site> (base v2.11.0, topic autocast-cache-key, 2 patches)
+  pristine  torch/_functorch/_aot_autograd/autograd_cache.py
+pristine: every file the series touches matches torch's RECORD
+
 torch 2.11.0 in <site> (base v2.11.0, topic cpu-isa-probe, 3 patches)
   pristine  torch/_inductor/cpu_vec_isa.py
 pristine: every file the series touches matches torch's RECORD
@@ -82,6 +89,9 @@ torch 2.11.0 in <site> (base v2.11.0, 8 patches)
   would patch torch/_inductor/config.py
   would patch torch/_inductor/fx_passes/pre_grad.py
 check: the series applies cleanly; 5 file(s) would change, nothing was written
+torch 2.11.0 in <site> (base v2.11.0, topic autocast-cache-key, 2 patches)
+  would patch torch/_functorch/_aot_autograd/autograd_cache.py
+check: the series applies cleanly; 1 file(s) would change, nothing was written
 """)
         self.assertEqual(install.snapshot(), before)
 
@@ -98,6 +108,9 @@ torch 2.11.0 in <site> (base v2.11.0, 8 patches)
   patched torch/_inductor/config.py
   patched torch/_inductor/fx_passes/pre_grad.py
 applied 8 patches to 5 files; originals kept in <site>/.torch-pregrad-backport
+torch 2.11.0 in <site> (base v2.11.0, topic autocast-cache-key, 2 patches)
+  patched torch/_functorch/_aot_autograd/autograd_cache.py
+applied 2 patches to 1 files; originals kept in <site>/.torch-pregrad-backport-autocast-cache-key
 """)
         patched = self.patched_bytes()
         for rel in TOUCHED:
@@ -116,6 +129,10 @@ torch 2.11.0 in <site> (base v2.11.0, 8 patches)
   patched   torch/_inductor/config.py
   patched   torch/_inductor/fx_passes/pre_grad.py
 patched: the series is applied (revert with --revert)
+
+torch 2.11.0 in <site> (base v2.11.0, topic autocast-cache-key, 2 patches)
+  patched   torch/_functorch/_aot_autograd/autograd_cache.py
+patched: the series is applied (revert with --revert --topic autocast-cache-key)
 
 torch 2.11.0 in <site> (base v2.11.0, topic cpu-isa-probe, 3 patches)
   pristine  torch/_inductor/cpu_vec_isa.py
@@ -151,6 +168,8 @@ pristine: every file the series touches matches torch's RECORD
         self.assertExpectedInline(output, """\
 torch 2.11.0 in <site> (base v2.11.0, 8 patches)
 already applied: nothing to do
+torch 2.11.0 in <site> (base v2.11.0, topic autocast-cache-key, 2 patches)
+already applied: nothing to do
 """)
         self.assertEqual(install.snapshot(), after_first)
 
@@ -168,6 +187,9 @@ torch 2.11.0 in <site> (base v2.11.0, 8 patches)
   restored torch/_inductor/config.py
   restored torch/_inductor/fx_passes/pre_grad.py
 reverted: 5 file(s) are byte-identical to torch's RECORD again
+torch 2.11.0 in <site> (base v2.11.0, topic autocast-cache-key, 2 patches)
+  restored torch/_functorch/_aot_autograd/autograd_cache.py
+reverted: 1 file(s) are byte-identical to torch's RECORD again
 """)
         self.assertEqual(install.snapshot(), before)
 
@@ -187,6 +209,8 @@ reverted: 5 file(s) are byte-identical to torch's RECORD again
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
 torch 2.11.0 in <site> (base v2.11.0, 8 patches)
+nothing to revert: pristine
+torch 2.11.0 in <site> (base v2.11.0, topic autocast-cache-key, 2 patches)
 nothing to revert: pristine
 """)
         self.assertEqual(install.snapshot(), before)
@@ -234,6 +258,9 @@ torch 2.12.0 in <site> (base v2.12.0, 2 patches)
   patched torch/_functorch/aot_autograd.py
   patched torch/_inductor/fx_passes/pre_grad.py
 applied 2 patches to 2 files; originals kept in <site>/.torch-pregrad-backport
+torch 2.12.0 in <site> (base v2.12.0, topic autocast-cache-key, 3 patches)
+  patched torch/_functorch/_aot_autograd/autograd_cache.py
+applied 3 patches to 1 files; originals kept in <site>/.torch-pregrad-backport-autocast-cache-key
 """)
         code, output = install.run("--revert")
         self.assertEqual(code, 0, output)
@@ -242,7 +269,8 @@ applied 2 patches to 2 files; originals kept in <site>/.torch-pregrad-backport
     def test_release_with_the_feature_but_no_series_is_left_alone(self) -> None:
         # As 2.15 would be: files of no release here, with the feature.
         install = self.install(UPSTREAM, version="2.15.0",
-                               vendor_edits={TOUCHED[0]: b"# a later release\n"})
+                               vendor_edits={TOUCHED[0]: b"# a later release\n",
+                                             AUTOCAST: b"# a later release\n"})
         before = install.snapshot()
         code, output = install.run()
         self.assertEqual(code, 0)
@@ -250,6 +278,10 @@ applied 2 patches to 2 files; originals kept in <site>/.torch-pregrad-backport
 torch 2.15.0 in <site>
 torch._inductor.config.pre_grad_pass_timing already exists in this torch: it has the feature, nothing to do
 note: this project's results fixes (see README, patch ledger) exist only for the supported bases: {BASES}
+torch 2.15.0 in <site> (topic autocast-cache-key)
+not available for this release: topic autocast-cache-key has no series that matches these \
+files (torch/_functorch/_aot_autograd/autograd_cache.py differs from every base's (nearest \
+by version: v2.14.1)); supported bases: {AUTOCAST_BASES}; left alone
 """)
         self.assertEqual(install.snapshot(), before)
 
@@ -265,6 +297,10 @@ torch 2.11.0: the 2 files the series touches are byte-identical to v2.12.0's: ap
   would patch torch/_functorch/aot_autograd.py
   would patch torch/_inductor/fx_passes/pre_grad.py
 check: the series applies cleanly; 2 file(s) would change, nothing was written
+torch 2.11.0 in <site> (base v2.12.0, topic autocast-cache-key, 3 patches)
+torch 2.11.0: the one file the series touches is byte-identical to v2.12.0's: applying patches/v2.12.0/autocast-cache-key
+  would patch torch/_functorch/_aot_autograd/autograd_cache.py
+check: the series applies cleanly; 1 file(s) would change, nothing was written
 """)
 
     def test_vendor_build_that_has_the_feature_is_left_alone(self) -> None:
@@ -273,7 +309,7 @@ check: the series applies cleanly; 2 file(s) would change, nothing was written
         install = self.install(UPSTREAM, version="2.11.0",
                                vendor_edits={TOUCHED[0]: b"# vendor build\n"})
         before = install.snapshot()
-        code, output = install.run()
+        code, output = install.run("--topic", "pre-grad-pass-timing")
         self.assertEqual(code, 0)
         self.assertIn("it has the feature, nothing to do", output)
         self.assertEqual(install.snapshot(), before)
@@ -311,7 +347,8 @@ differs) (supported: {BASES}); nothing was changed
         self.assertEqual(code, 0, output)
         self.assertEqual(install.run()[0], 0)
         sums = (out / "SHA256SUMS").read_text().splitlines()
-        self.assertEqual([line.split("  ")[1] for line in sums], TOUCHED)
+        # The default topics: pre-grad-pass-timing and autocast-cache-key.
+        self.assertEqual([line.split("  ")[1] for line in sums], sorted(TOUCHED + [AUTOCAST]))
         for line in sums:
             digest, rel = line.split("  ")
             self.assertEqual((out / rel).read_bytes(), install.path(rel).read_bytes())

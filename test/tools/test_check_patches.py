@@ -40,6 +40,7 @@ class CheckPatchesTest(expecttest.TestCase):
         self.assertEqual(code, 0, output)
         self.assertExpectedInline(output, """\
 v2.11.0: ok
+v2.11.0 autocast-cache-key: ok
 v2.11.0 cpu-isa-probe: ok
 check-patches: finished with 0 error(s)
 """)
@@ -52,6 +53,7 @@ check-patches: finished with 0 error(s)
         self.assertEqual(code, 1)
         self.assertExpectedInline(output, """\
 v2.11.0: 4 problem(s)
+v2.11.0 autocast-cache-key: ok
 v2.11.0 cpu-isa-probe: ok
   <patches>/v2.11.0/series:4: 0001-aot_autograd-run-pre-grad-passes-after-the-AOTAutogr.patch is listed 2 times
   <patches>/v2.11.0/series:12: 0001-aot_autograd-run-pre-grad-passes-after-the-AOTAutogr.patch is listed 2 times

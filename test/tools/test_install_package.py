@@ -107,9 +107,10 @@ class InstallPackageTest(expecttest.TestCase):
 
     def torch_files(self) -> dict[str, bytes]:
         """What apply.sh may touch in the venv: torch, its dist-info and the
-        state directory (a fake install from make_fake_install holds just these)."""
+        topics' state directories (a fake install from make_fake_install holds
+        just these)."""
         return {rel: data for rel, data in self.venv.snapshot().items()
-                if rel.startswith(("torch/", "torch-", STATE_DIRNAME + "/"))}
+                if rel.startswith(("torch/", "torch-", STATE_DIRNAME))}
 
     # The package.
 

@@ -18,7 +18,7 @@ import expecttest
 
 import pregrad_series
 from checkout_repo import make_checkout, site_of
-from fake_install import (FakeInstall, ISA_PROBE, make_fake_install, REPO, source_python,
+from fake_install import (AUTOCAST, FakeInstall, ISA_PROBE, make_fake_install, REPO, source_python,
                           STATE_DIRNAME, TOUCHED)
 
 STOCK = "PREGRAD_STOCK_PYTHON"  # torch 2.11.0 as released
@@ -53,11 +53,13 @@ class TopicsWheelTest(expecttest.TestCase):
         self.assertEqual(code, 0, output)
         after = install.snapshot()
         changed = sorted(rel for rel in after if after[rel] != before.get(rel))
+        # Both default topics: pre-grad-pass-timing and autocast-cache-key.
         self.assertEqual([rel for rel in changed if not rel.startswith(STATE_DIRNAME)],
-                         TOUCHED)
+                         sorted(TOUCHED + [AUTOCAST]))
         self.assertEqual(after[ISA_PROBE], before[ISA_PROBE])
         self.assertEqual(sorted({rel.split("/")[0] for rel in changed
-                                 if rel.startswith(".")}), [STATE_DIRNAME])
+                                 if rel.startswith(".")}),
+                         [STATE_DIRNAME, f"{STATE_DIRNAME}-autocast-cache-key"])
         self.assertNotIn("cpu-isa-probe", output)
 
     def test_opt_in_topic_applies_reports_and_reverts_on_its_own(self) -> None:
@@ -82,6 +84,10 @@ torch 2.11.0 in <site> (base v2.11.0, 8 patches)
   pristine  torch/_inductor/compile_fx.py
   pristine  torch/_inductor/config.py
   pristine  torch/_inductor/fx_passes/pre_grad.py
+pristine: every file the series touches matches torch's RECORD
+
+torch 2.11.0 in <site> (base v2.11.0, topic autocast-cache-key, 2 patches)
+  pristine  torch/_functorch/_aot_autograd/autograd_cache.py
 pristine: every file the series touches matches torch's RECORD
 
 torch 2.11.0 in <site> (base v2.11.0, topic cpu-isa-probe, 3 patches)
@@ -150,7 +156,7 @@ they cannot be applied together; nothing was changed
         code, output = install.run("--topic", "cpu-isa")
         self.assertEqual(code, 1)
         self.assertExpectedInline(output, """\
-error: unknown topic 'cpu-isa'; topics: pre-grad-pass-timing (default), cpu-isa-probe (opt-in)
+error: unknown topic 'cpu-isa'; topics: pre-grad-pass-timing (default), autocast-cache-key (default), cpu-isa-probe (opt-in)
 """)
         self.assertEqual(install.snapshot(), before)
 
@@ -184,6 +190,10 @@ torch 2.12.0+vendor in <site> (base v2.12.0, 2 patches)
   pristine  torch/_inductor/fx_passes/pre_grad.py
 pristine: every file the series touches matches torch's RECORD
 
+torch 2.12.0+vendor in <site> (base v2.12.0, topic autocast-cache-key, 3 patches)
+  pristine  torch/_functorch/_aot_autograd/autograd_cache.py
+pristine: every file the series touches matches torch's RECORD
+
 torch 2.12.0+vendor in <site> (topic cpu-isa-probe)
 not available for this release: topic cpu-isa-probe has no series that matches these files (torch/_inductor/cpu_vec_isa.py differs from every base's (nearest by version: v2.12.0)); supported bases: v2.9.1, v2.10.0, v2.11.0, v2.12.0, v2.13.0
 """)
@@ -203,6 +213,10 @@ torch 2.12.1: the 2 files the series touches are byte-identical to v2.12.0's: ap
   patched torch/_functorch/aot_autograd.py
   patched torch/_inductor/fx_passes/pre_grad.py
 applied 2 patches to 2 files; originals kept in <site>/.torch-pregrad-backport
+torch 2.12.1 in <site> (base v2.12.0, topic autocast-cache-key, 3 patches)
+torch 2.12.1: the one file the series touches is byte-identical to v2.12.0's: applying patches/v2.12.0/autocast-cache-key
+  patched torch/_functorch/_aot_autograd/autograd_cache.py
+applied 3 patches to 1 files; originals kept in <site>/.torch-pregrad-backport-autocast-cache-key
 torch 2.12.1 in <site> (base v2.12.0, topic cpu-isa-probe, 3 patches)
 torch 2.12.1: the one file the series touches is byte-identical to v2.12.0's: applying patches/v2.12.0/cpu-isa-probe
   patched torch/_inductor/cpu_vec_isa.py
@@ -222,8 +236,10 @@ applied 3 patches to 1 files; originals kept in <site>/.torch-pregrad-backport-c
         code, output = install.run("--overlay", "v2.11.0", "--topic", "all", "--out", str(out))
         self.assertEqual(code, 0, output)
         sums = (out / "SHA256SUMS").read_text().splitlines()
-        self.assertEqual([line.split("  ")[1] for line in sums], sorted(TOUCHED + [ISA_PROBE]))
-        self.assertIn("topics: pre-grad-pass-timing cpu-isa-probe", (out / "STAMP").read_text())
+        self.assertEqual([line.split("  ")[1] for line in sums],
+                         sorted(TOUCHED + [ISA_PROBE, AUTOCAST]))
+        self.assertIn("topics: pre-grad-pass-timing autocast-cache-key cpu-isa-probe",
+                      (out / "STAMP").read_text())
         self.assertEqual((out / ISA_PROBE).read_bytes(), isa_patched())
 
 
@@ -252,7 +268,7 @@ class TopicsCheckoutTest(expecttest.TestCase):
         code, output = checkout.run("--status")
         self.assertEqual(code, 0, output)
         self.assertEqual(re.findall(r"^<checkout>:.* base (v[\d.]+) ", output, re.MULTILINE),
-                         ["v2.11.0", "v2.11.0"])
+                         ["v2.11.0", "v2.11.0", "v2.11.0"])
         default_tree = checkout.git("rev-parse", "HEAD~3^{tree}")
         code, output = checkout.run("--revert", "--topic", "cpu-isa-probe")
         self.assertEqual(code, 0, output)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, IO, List, Optional
+from typing import Dict, IO, List, Optional, Set
 
 from pregrad_series import (
     apply_each,
@@ -156,7 +156,7 @@ class History:
         self._patch_ids: Dict[str, str] = {}
         self._walk()
 
-    def _reached_floor(self, state: Dict[str, Optional[str]], changed: set) -> None:
+    def _reached_floor(self, state: Dict[str, Optional[str]], changed: Set[str]) -> None:
         for topic in self.topics:
             if topic.name in self.floors:
                 continue
@@ -183,7 +183,7 @@ class History:
         assert process.stdout is not None
         chunks: List[bytes] = []
         message: List[str] = []
-        changed: set = set()
+        changed: Set[str] = set()
         current: Optional[Commit] = None
 
         def finish() -> bool:
@@ -227,10 +227,10 @@ class History:
         ids = git(self.checkout, "patch-id", "--stable",
                   input=b"".join(chunks).decode("utf-8", "replace")).stdout
         for line in ids.splitlines():
-            patch, commit = line.split()
-            self._patch_ids[commit] = patch
-        for commit in self.commits:
-            commit.patch_id = self._patch_ids.get(commit.sha, "")
+            patch, sha = line.split()
+            self._patch_ids[sha] = patch
+        for read in self.commits:
+            read.patch_id = self._patch_ids.get(read.sha, "")
 
     def above_floor(self, topic: Topic) -> List[Commit]:
         """The commits newer than the point where the topic's files were a

@@ -475,7 +475,7 @@ def version_preference(base: str, version: Optional[str]) -> Tuple[int, Tuple[in
 def topic_files(topic: Topic) -> List[str]:
     """Every file that some base's series of `topic` touches (the union of
     their pristine.tsv): what identification reads."""
-    files = set()
+    files: set[str] = set()
     for base in supported_bases(topic):
         files.update(pristine_table(load_series(base, topic)))
     return sorted(files)

@@ -80,6 +80,14 @@ def resolved_timing(timing: str, kind: str) -> str:
     return timing
 
 
+def pass_key(resolved: str, custom: Optional[Any], scale: float) -> tuple[Any, ...]:
+    """What the key covers of the passes: late, the graph before them plus
+    the pass's uuid; early, the graph they produce (so the factor)."""
+    if resolved == "late":
+        return ("late", custom.uuid() if custom is not None else None)
+    return ("early", scale)
+
+
 class CompileSequence(RuleBasedStateMachine):
     @initialize()
     def start(self) -> None:
@@ -126,10 +134,16 @@ class CompileSequence(RuleBasedStateMachine):
         scale = factor if kind != "none" else 1.0
         torch.testing.assert_close(result, fn(self.x, self.y) * scale)
 
-        if resolved == "late":
-            key = ("late", custom.uuid() if custom is not None else None)
-        else:
-            key = ("early", scale)
+        key = pass_key(resolved, custom, scale)
+        hit = self.expect_hit_or_miss(key, hits_before, misses_before)
+        expected_calls = 0 if resolved == "late" and hit else 1
+        self_test.assertEqual(self.calls[0] - calls_before, expected_calls,
+                              f"pre-grad pass calls for key {key}, hit={hit}")
+
+    def expect_hit_or_miss(self, key: tuple[Any, ...], hits_before: int,
+                           misses_before: int) -> bool:
+        """Checks this compile's AOTAutogradCache hit or miss against the
+        keys stored so far; returns whether it was a hit."""
         hit = key in self.stored
         self.stored.add(key)
         self_test.assertEqual(
@@ -138,9 +152,7 @@ class CompileSequence(RuleBasedStateMachine):
             (1, 0) if hit else (0, 1),
             f"AOTAutogradCache {'hit' if hit else 'miss'} expected for key {key}",
         )
-        expected_calls = 0 if resolved == "late" and hit else 1
-        self_test.assertEqual(self.calls[0] - calls_before, expected_calls,
-                              f"pre-grad pass calls for key {key}, hit={hit}")
+        return hit
 
     @invariant()
     def counters_add_up(self) -> None:
@@ -214,17 +226,8 @@ class AutocastCompileSequence(CompileSequence):
         torch.testing.assert_close(result, expected * scale)
 
         takes_ambient = ambient if region or call_site else None
-        pass_key = (("late", custom.uuid() if custom is not None else None)
-                    if resolved == "late" else ("early", scale))
-        key = (*pass_key, region, call_site, takes_ambient)
-        hit = key in self.stored
-        self.stored.add(key)
-        self_test.assertEqual(
-            (counters["aot_autograd"]["autograd_cache_hit"] - hits_before,
-             counters["aot_autograd"]["autograd_cache_miss"] - misses_before),
-            (1, 0) if hit else (0, 1),
-            f"AOTAutogradCache {'hit' if hit else 'miss'} expected for key {key}",
-        )
+        key = (*pass_key(resolved, custom, scale), region, call_site, takes_ambient)
+        self.expect_hit_or_miss(key, hits_before, misses_before)
 
 
 # assertions with unittest's messages inside the machine

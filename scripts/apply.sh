@@ -13,12 +13,20 @@
 # reported and reverted on its own.
 #   pre-grad-pass-timing  (default) the feature, and the results fixes for the
 #                         releases that have it; patches/<base>/
+#   autocast-cache-key    (default) no stale AOTAutogradCache hit across
+#                         autocast dtypes (pytorch#181564 and this project's
+#                         fix, cf. #191110); graphs with autocast regions
+#                         cached again on 2.12 and 2.13 (#192555);
+#                         patches/<base>/autocast-cache-key/
 #   cpu-isa-probe         (opt-in) CPU warm start: the vector-ISA probe's child
 #                         processes stop importing torch (pytorch#183515,
 #                         #189900, #190561); patches/<base>/cpu-isa-probe/
 #   --topic T            act on topic T (repeat it, or T1,T2, or `all`).
 #                        Without it apply, --revert and --overlay act on the
-#                        default topic only, and --status reports every topic.
+#                        default topics, and --status reports every topic. A
+#                        default topic other than pre-grad-pass-timing that has
+#                        no series for a release is reported as not available
+#                        and left alone, unless named with --topic.
 #
 # Which series: for each topic, the one whose base's files (pristine.tsv)
 # the torch or tree holds byte for byte, by git blob id, or, once patched,

@@ -438,7 +438,7 @@ def conflict_locations(checkout: Path) -> List[str]:
 # Commands
 
 
-def cmd_status(history: History, topic: Topic) -> int:
+def cmd_status(history: History, topic: Topic, named: bool = True) -> int:
     checkout = history.checkout
     upstream = feature_at_head(checkout, topic)
     try:
@@ -446,6 +446,9 @@ def cmd_status(history: History, topic: Topic) -> int:
     except Refused as problem:
         print(f"{topic_label(checkout, topic)} {problem}")
         print(f"feature present at HEAD: {'yes' if upstream else 'no'}")
+        if not upstream and not named and not topic.primary:
+            print("not available for this tree: a plain apply leaves this topic alone")
+            return 0
         return 0 if upstream else 1
     applied = find_series_commits(history, base.series)
     print(f"{topic_label(checkout, topic)} base {base.series.base} ({base.reason})")
@@ -679,7 +682,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             for number, topic in enumerate(chosen):
                 if number:
                     print()
-                results.append(cmd_status(history, topic))
+                results.append(cmd_status(history, topic, named=bool(args.topic)))
             return max(results)
         if len(chosen) > 1:
             refuse_topics_sharing_files(history, chosen)

@@ -417,10 +417,11 @@ def owner_of(path: Path) -> str:
 
 def cmd_status(install: Install, named: bool = True) -> int:
     """Print where `install` stands for its topic. Exit 0 when it is in a
-    good state; an opt-in topic that the user did not name and that has no
-    series for this release is "not available", not a failure."""
+    good state; a topic other than the original one that the user did not
+    name and that has no series for this release is "not available", not a
+    failure (as a plain apply leaves it alone)."""
     status = inspect(install)
-    if status.state == "unsupported" and not named and install.topic.applied == "opt-in":
+    if status.state == "unsupported" and not named and not install.topic.primary:
         print(status.headline())
         print(f"not available for this release: {unsupported_detail(status)}")
         return 0

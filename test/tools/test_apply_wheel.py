@@ -284,6 +284,10 @@ files (torch/_functorch/_aot_autograd/autograd_cache.py differs from every base'
 by version: v2.14.1)); supported bases: {AUTOCAST_BASES}; left alone
 """)
         self.assertEqual(install.snapshot(), before)
+        code, output = install.run("--status")
+        self.assertEqual(code, 0, output)
+        self.assertIn("(topic autocast-cache-key)\nnot available for this release:", output)
+        self.assertEqual(install.run("--status", "--topic", "autocast-cache-key")[0], 1)
 
     def test_version_string_does_not_choose_the_series(self) -> None:
         """A build that calls itself 2.11.0 but holds 2.12.0's files gets

@@ -54,10 +54,10 @@
 #   --status             pristine / patched / partly reverted by hand / patched
 #                        without backups / modified / outdated / interrupted /
 #                        has the feature / unsupported, for every topic (exit 0
-#                        when each is pristine, patched or has the feature; an
-#                        opt-in topic with no series for this release is "not
-#                        available for this release", which is fine unless it
-#                        was named with --topic)
+#                        when each is pristine, patched or has the feature; a
+#                        topic other than pre-grad-pass-timing with no series
+#                        for this release is "not available for this
+#                        release", which is fine unless named with --topic)
 #   --revert             restore the originals, checked against RECORD again;
 #                        also finishes or rolls back an interrupted run
 #

@@ -156,23 +156,24 @@ def main() -> int:
              "| build | region in the function: AOT cache | dtype | max abs error "
              "| region at the call site: AOT cache | dtype | max abs error |",
              "|---|---|---|---:|---|---|---:|"]
+    order = list(builds)  # also names each build's cache directory (labels have spaces)
     with tempfile.TemporaryDirectory(prefix="pregrad-autocast-bench-") as tmp:
         for label, python in builds.items():
             print(f"stale hits: {label} ...", file=sys.stderr, flush=True)
-            found = spawn(python, "stale", Path(tmp) / f"stale-{label}")
+            found = spawn(python, "stale", Path(tmp) / f"stale-{order.index(label)}")
             cells = [f"{found[f]['aot']} | {found[f]['dtype']} | {found[f]['error']:.3g}"
                      for f in ("region", "call_site")]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        runs: dict[str, list[dict[str, Any]]] = {label: [] for label in builds}
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label in order}
         for label, python in builds.items():
             print(f"warm start: filling the cache of {label} ...", file=sys.stderr, flush=True)
-            spawn(python, "warm", Path(tmp) / f"warm-{label}")
-        order = list(builds)
+            spawn(python, "warm", Path(tmp) / f"warm-{order.index(label)}")
         for repeat in range(args.repeats):
             print(f"warm start: repeat {repeat + 1} of {args.repeats}", file=sys.stderr,
                   flush=True)
             for label in order[repeat % len(order):] + order[:repeat % len(order)]:
-                runs[label].append(spawn(builds[label], "warm", Path(tmp) / f"warm-{label}"))
+                runs[label].append(spawn(builds[label], "warm",
+                                         Path(tmp) / f"warm-{order.index(label)}"))
     first = statistics.median(r["seconds"] for r in runs[order[0]])
     lines += ["", f"Whole-process warm start, rotary-style transformer block, {args.repeats} "
               "runs each, median [min–max]:", "",

@@ -12,10 +12,12 @@ that each stock build fails exactly where `stock_expectations` says.
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import torch
-from hypothesis import given, note, Phase, settings, strategies as st
+from hypothesis import given, note, Phase, seed as hypothesis_seed, settings
+from hypothesis import strategies as st
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 from torch._inductor.compile_fx import compile_fx
@@ -128,11 +130,13 @@ class PreGradResultsTests(TestCase):
         timing=st.sampled_from(TIMINGS),
     )
     # Bounded for CI: no shrinking (each example compiles twice); a failure
-    # prints its example and the model's pieces as they were drawn.
+    # prints its example and the model's pieces as they were drawn. The seed
+    # is the release's, so each release of the matrix draws other stacks
+    # (9 x 12 in all) and a rerun on one release draws the same ones.
+    @hypothesis_seed(zlib.crc32(torch.__version__.split("+")[0].encode()))
     @settings(
-        max_examples=30,
+        max_examples=12,
         deadline=None,
-        derandomize=True,
         database=None,
         phases=(Phase.explicit, Phase.generate),
     )

@@ -41,7 +41,6 @@ from pregrad_series import (  # noqa: E402  (one series model for every path)
     load_series,
     load_topic_series,
     refuse_shared_files,
-    pristine_blobs,
     pristine_table,
     Refused,
     release_numbers,
@@ -917,10 +916,6 @@ def previous_overlay_files(out: Path) -> List[str]:
 
 def expected_pristine(series: Series) -> Dict[str, str]:
     return {path: row[1] for path, row in pristine_table(series).items()}
-
-
-def expected_pristine_blobs(series: Series) -> Dict[str, str]:
-    return pristine_blobs(series)
 
 
 def installed_base(topic: Topic) -> Optional[str]:

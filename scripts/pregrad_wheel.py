@@ -637,6 +637,8 @@ def write_backups(install: Install, series: Series,
 
 
 def cmd_revert(install: Install, check: bool, named: bool = True) -> int:
+    # `named` matches cmd_apply's signature for the topic driver; a topic with
+    # no series for this release has nothing to revert either way.
     status = inspect(install)
     status.print_headline("using")
     if status.series is not None and status.state in ("interrupted", "patched", "partial",

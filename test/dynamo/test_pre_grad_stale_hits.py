@@ -236,28 +236,20 @@ import unittest  # noqa: E402
 self_test = unittest.TestCase()
 self_test.maxDiff = None
 
-# Bounded for CI: a few sequences of a few compiles (most hit the FX graph
-# cache for their kernels, so a sequence takes well under a minute); no
-# shrinking, a failure prints its steps.
-CompileSequence.TestCase.settings = settings(
-    max_examples=4,
-    stateful_step_count=10,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    phases=[p for p in settings.default.phases if p.name != "shrink"],
-)
-PreGradStaleHitTests = CompileSequence.TestCase
 
+def bounded(sequences: int, steps: int) -> settings:
+    """Bounded for CI: a few sequences of a few compiles (most hit the FX
+    graph cache for their kernels, so a sequence takes well under a minute);
+    no shrinking, a failure prints its steps."""
+    return settings(max_examples=sequences, stateful_step_count=steps, deadline=None,
+                    derandomize=True, database=None,
+                    phases=[p for p in settings.default.phases if p.name != "shrink"])
+
+
+CompileSequence.TestCase.settings = bounded(sequences=4, steps=10)
+PreGradStaleHitTests = CompileSequence.TestCase
 # The autocast machine's compiles are matmuls: fewer, shorter sequences.
-AutocastCompileSequence.TestCase.settings = settings(
-    max_examples=3,
-    stateful_step_count=8,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    phases=[p for p in settings.default.phases if p.name != "shrink"],
-)
+AutocastCompileSequence.TestCase.settings = bounded(sequences=3, steps=8)
 
 
 class AutocastStaleHitTests(AutocastCompileSequence.TestCase):  # type: ignore[misc,valid-type]

@@ -25,7 +25,7 @@ Usage: bench/checkout_scale.py --python PY [--commits N] [--files N]
                      v2.11.0 ones; only read)
   --work DIR         where the synthetic repository lives (default
                      $PREGRAD_CACHE/bench/checkout-scale)
-  --baseline-rev REV also time the scripts/ and patches/ of this project's
+  --baseline-rev REV also time the scripts/, patches/ and torch_backport/ of this project's
                      commit REV (e.g. the one before the single walk), in
                      the same run
 Prints a table; exit 1 if a check fails.
@@ -45,8 +45,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-import pregrad_series  # noqa: E402
+sys.path.insert(0, str(REPO))
+import torch_backport.series as model  # noqa: E402
+from torch_backport.fsio import cache_dir  # noqa: E402
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Release Engineer", "GIT_AUTHOR_EMAIL": "release@example.com",
@@ -61,8 +62,8 @@ def git(repo: Path, *args: str, input: Optional[bytes] = None) -> str:
 
 
 def touched_files() -> List[str]:
-    return sorted({rel for topic in pregrad_series.topics()
-                   for rel in pregrad_series.topic_files(topic)})
+    return sorted({rel for topic in model.topics()
+                   for rel in model.topic_files(topic)})
 
 
 def site_of(python: str) -> Path:
@@ -200,14 +201,13 @@ def main() -> int:
     parser.add_argument("--work", type=Path)
     parser.add_argument("--baseline-rev")
     args = parser.parse_args()
-    cache = Path(os.environ.get("PREGRAD_CACHE") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pregrad-backport")
+    cache = cache_dir()
     work = args.work or cache / "bench" / "checkout-scale"
     files = touched_files()
     site = site_of(args.python)
     real = {rel: (site / rel).read_bytes() for rel in files}
     stamp = (f"{args.commits} {args.files} {args.touching} "
-             + " ".join(pregrad_series.git_blob_id(real[rel]) for rel in files))
+             + " ".join(model.git_blob_id(real[rel]) for rel in files))
     if not (work / ".git" / "pregrad-bench-stamp").is_file() or \
             (work / ".git" / "pregrad-bench-stamp").read_text() != stamp:
         print(f"building {args.commits} commits over {args.files} files in {work} "
@@ -225,7 +225,8 @@ def main() -> int:
     if args.baseline_rev:
         baseline_dir = Path(tempfile.mkdtemp(prefix="pregrad-baseline-"))
         archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline_rev,
-                                  "scripts", "patches"], capture_output=True, check=True)
+                                  "scripts", "patches", "torch_backport"],
+                                 capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(baseline_dir)], input=archive.stdout,
                        check=True)
         tools[f"at {args.baseline_rev}"] = baseline_dir / "scripts" / "apply.sh"
@@ -267,7 +268,7 @@ def main() -> int:
                 failures.append(f"{label}: {name} exited {code}:\n{output}")
             if label == "this tree" and name.startswith("--status (both"):
                 bases = [line for line in output.splitlines() if " base " in line]
-                if (len(bases) != len(pregrad_series.topics())
+                if (len(bases) != len(model.topics())
                         or not all("base v2.11.0" in line for line in bases)):
                     failures.append(f"--status does not name v2.11.0 for every topic:\n{output}")
             rows.append([label, f"{branch}: apply.sh CO {name}", f"{seconds:.2f}",

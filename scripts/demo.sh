@@ -48,7 +48,7 @@ for column in "${columns[@]}"; do
   label="${column%%=*}" python="${column#*=}"
   echo "   $label ..." >&2
   log="$reports/${label// /-}.log"
-  if ! "$python" "$here/show_effect.py" > "$reports/${label// /-}.json" 2> "$log"; then
+  if ! "$python" "$here/../test/harness/show_effect.py" > "$reports/${label// /-}.json" 2> "$log"; then
     tail -n 30 "$log" >&2
     echo "demo.sh: show_effect.py failed under $python (log above)" >&2
     exit 1
@@ -58,7 +58,7 @@ for column in "${columns[@]}"; do
 done
 
 step "4/4 effect: pre-grad pass runs and cache results, cold then warm compile"
-python3 "$here/effect_table.py" "${table_args[@]}"
+python3 "$here/../test/harness/effect_table.py" "${table_args[@]}"
 cat <<'TEXT'
 
 Reading it: on a warm start the AOTAutogradCache hits on every build. Stock

@@ -120,4 +120,4 @@ if [ "$before" != "$after" ]; then
   diff <(echo "$before") <(echo "$after") >&2 || true
 fi
 
-python3 "$here/junit_summary.py" --compare "$reports/stock.xml" "$reports/patched.xml"
+python3 "$here/../test/harness/junit_summary.py" --compare "$reports/stock.xml" "$reports/patched.xml"

@@ -120,7 +120,7 @@ verdict() {  # verdict REPORT BUILD [VERSION]: one row per suite of REPORT.xml
   local args=("$logs/$report.xml" --by-suite)
   [ -z "$version" ] || args+=(--expect-stock "$version")
   local output code=0
-  output="$(python3 "$here/junit_summary.py" "${args[@]}" 2>>"$logs/$report.log")" || code=$?
+  output="$(python3 "$here/../test/harness/junit_summary.py" "${args[@]}" 2>>"$logs/$report.log")" || code=$?
   while IFS='|' read -r suite counts result; do
     [ -n "$suite" ] || continue
     read -r p _ f _ x _ <<<"$counts"

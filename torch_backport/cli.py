@@ -1,11 +1,157 @@
-"""Usage: torch-backport apply [ARGS...]
+"""The command's one grammar: every option, mode rule and the help text of
+`scripts/apply.sh` (a clone) and `torch-backport apply` (installed).
+
+The arguments are parsed here, once, under whatever Python runs the command.
+Checkout mode and an overlay from the package index then run in this
+process; an installed wheel (and an overlay from one) runs in the target
+interpreter PY, which gets the parsed request as JSON through _launch.py and
+never imports from this command's own environment (its torch, if any, is not
+the one to patch).
+
+Exit codes: 0 done or nothing to do; 1 refused or failed; 2 usage error;
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from torch_backport import __version__
+from torch_backport.fsio import cache_dir
+from torch_backport.series import REPO
+
+PACKAGE = Path(__file__).resolve().parent
+LAUNCH = PACKAGE / "_launch.py"
+
+APPLY_HELP = """\
+Usage: scripts/apply.sh --python PY [--topic T]... [--check | --status | --revert [--check]]
+       scripts/apply.sh CHECKOUT [--topic T]... [--check | --no-commit | --status | --revert [--check]]
+       scripts/apply.sh --overlay BASE [--topic T]... [--python PY] [--out DIR]
+       scripts/apply.sh --help
+
+Brings torch 2.12's cache-aware pre-grad pass timing
+(torch._inductor.config.pre_grad_pass_timing) to a torch that lacks it, by
+applying the series in patches/<base>/ to an installed wheel or to a PyTorch
+git checkout.
+
+Topics (patches/topics.tsv): each topic is a series per base, applied,
+reported and reverted on its own.
+  pre-grad-pass-timing  (default) the feature, and the results fixes for the
+                        releases that have it; patches/<base>/
+  autocast-cache-key    (default) no stale AOTAutogradCache hit across
+                        autocast dtypes (pytorch#181564 and this project's
+                        fix, cf. #191110); graphs with autocast regions
+                        cached again on 2.12 and 2.13 (#192555);
+                        patches/<base>/autocast-cache-key/
+  cpu-isa-probe         (opt-in) CPU warm start: the vector-ISA probe's child
+                        processes stop importing torch (pytorch#183515,
+                        #189900, #190561); patches/<base>/cpu-isa-probe/
+  --topic T            act on topic T (repeat it, or T1,T2, or `all`).
+                       Without it apply, --revert and --overlay act on the
+                       default topics, and --status reports every topic. A
+                       default topic other than pre-grad-pass-timing that has
+                       no series for a release is reported as not available
+                       and left alone, unless named with --topic.
+
+Which series: for each topic, the one whose base's files (pristine.tsv)
+the torch or tree holds byte for byte, by git blob id, or, once patched,
+whose patched files it holds; the version string only breaks ties. 2.12.1
+gets v2.12.0's series, 2.14.0 v2.14.1's, a +cpu or vendor build the series
+of the release whose files it has; the output says which and why.
+
+Installed wheel (the torch that interpreter PY imports):
+  --python PY          apply the series whose base's files PY's torch holds.
+                       Before writing anything, every file it touches must
+                       match the wheel's RECORD hashes; otherwise it refuses,
+                       names the files and changes nothing. Originals are kept beside the install
+                       (site-packages/.torch-pregrad-backport/, and
+                       .torch-pregrad-backport-<topic>/ for an opt-in topic)
+                       for --revert.
+                       A second apply says "already applied" and exits 0.
+                       2.12.0-2.14.1 have the feature and get their results
+                       fixes; a torch with the feature whose files match no
+                       series here (2.15, a vendor build) is reported and
+                       left alone; one without it whose files match no base
+                       is refused, naming the files that differ. The run
+                       refuses before writing if it could not write every
+                       file (run it as the install's owner).
+  --check              say what would happen; write nothing
+  --status             pristine / patched / partly reverted by hand / patched
+                       without backups / modified / outdated / interrupted /
+                       has the feature / unsupported, for every topic (exit 0
+                       when each is pristine, patched or has the feature; a
+                       topic other than pre-grad-pass-timing with no series
+                       for this release is "not available for this
+                       release", which is fine unless named with --topic)
+  --revert             restore the originals, checked against RECORD again;
+                       also finishes or rolls back an interrupted run
+
+PyTorch checkout or release branch (a git work tree of pytorch/pytorch):
+  CHECKOUT             identify the base by the content of the files the series
+                       touches (their blob hashes, patches/<base>/pristine.tsv),
+                       say which base and why, then `git am -3` the series: one
+                       commit per patch, messages and trailers kept. Refuses,
+                       changing nothing, a dirty tree or index, an am, rebase,
+                       merge, cherry-pick or revert in progress, a directory
+                       that is not a PyTorch checkout, an unknown base, and a
+                       conflict the 3-way merge cannot resolve (it aborts the am
+                       and names the patch, file and line). A second run says
+                       "already applied". A v2.12.0-v2.14.1 tree gets its
+                       results fixes; any other tree with the feature upstream
+                       is reported and left alone. The commits are made one
+                       patch at a time: a run killed in between leaves a clean
+                       tree with part of the series, which the next run
+                       finishes. Each command reads HEAD's history once, and
+                       only down to where the touched files were a base's.
+  --no-commit          stage the changes instead of committing them (every
+                       chosen topic's; topics share no file)
+  --check              apply into a throw-away index: HEAD, index and tree untouched
+  --status             which patches are applied (by patch-id), and whether the
+                       feature is present at HEAD
+  --revert             `git revert` exactly the series' commits, newest first;
+                       refuses, naming the later commits, if they touched the
+                       same lines (HEAD is left where it was)
+
+Overlay (the patched files of a base at their upstream paths, for copying
+into an image or a vendored tree; see overlay/README.md):
+  --overlay BASE       generate overlay/ for BASE (e.g. v2.11.0) from the
+                       pristine release files plus the series. The pristine
+                       files come from PY's torch if --python is given (its
+                       files must be BASE's, pristine or patched by this
+                       script), else from the wheel that `pip download`
+                       fetches (cached). BASE may also be a release without
+                       a series of its own (2.12.1, 2.14.0): each topic then
+                       gets the series whose base's files it holds.
+  --out DIR            write there instead of overlay/
+
+Bases: the directories of patches/ that hold a series file (for a topic
+other than the default: patches/<base>/<topic>/series). Releases served:
+2.9.0, 2.9.1, 2.10.0, 2.11.0, 2.12.0, 2.12.1, 2.13.0, 2.14.0, 2.14.1.
+Requirements: git, Python 3.9 or later for PY, and python3 on PATH (it reads
+these arguments, and runs CHECKOUT mode and --overlay without --python).
+Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport)
+holds downloaded wheels.
+Exit codes: 0 done or nothing to do; 1 refused or failed (nothing changed);
+2 usage error; 130 interrupted (Ctrl-C; --status tells where it stands).
+"""  # noqa: E501  (the help is printed as written)
+
+BACKPORT_HELP = """\
+Usage: torch-backport apply [ARGS...]
        torch-backport --help | --version
 
-Runs scripts/apply.sh ARGS of torch-pregrad-backport {version}, installed with
-the patch series beside it in
-  {package}
+`torch-backport apply ARGS` is scripts/apply.sh ARGS of a clone of
+torch-pregrad-backport {version}, installed with its patch series in
+  {package}/patches
 to patch, check, report on (--status) or revert (--revert) the torch of an
-installed wheel, or to apply the series to a PyTorch checkout.
+installed wheel, to apply the series to a PyTorch checkout, or to write an
+overlay.
 `torch-backport apply --help` lists ARGS.
 
 Without --python PY, a CHECKOUT or --overlay among ARGS, `apply` adds
@@ -14,91 +160,253 @@ the interpreter this command is installed into, so it patches the torch next
 to it. --overlay needs --out DIR: its default, overlay/ beside the scripts,
 would be inside site-packages.
 
-Requirements: bash and git (wheel mode applies the patches with `git apply`).
+Requirements: git (wheel mode applies the patches with `git apply`).
 Exit codes: apply.sh's (0 done or nothing to do; 1 refused or failed; 2 usage
-error); 2 for a usage error of torch-backport itself.
+error; 130 interrupted); 2 for a usage error of torch-backport itself.
 """
 
-from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-from typing import Optional, Sequence
-
-from torch_backport import __version__
-
-PACKAGE = Path(__file__).resolve().parent
-APPLY = PACKAGE / "scripts" / "apply.sh"
-# apply.sh's options that take a value (test_install_package.py checks this
-# against apply.sh's argument loop): an argument after one of them is its
-# value, any other argument without a leading "-" is a CHECKOUT.
-VALUE_OPTIONS = frozenset({"--python", "--overlay", "--out", "--topic"})
+class UsageError(Exception):
+    """Arguments the grammar does not allow; exit 2."""
 
 
-def usage() -> str:
-    assert __doc__ is not None
-    return __doc__.format(version=__version__, package=PACKAGE, python=sys.executable)
+class Failed(Exception):
+    """A precondition the arguments name does not hold (no such checkout,
+    no such interpreter); exit 1."""
 
 
-def apply_help_line() -> str:
-    """The line `torch-backport apply --help` prints before apply.sh's help."""
-    return (f"torch-backport apply ARGS runs {APPLY} ARGS, adding --python "
-            f"{sys.executable} when ARGS have no --python, CHECKOUT or --overlay.")
+@dataclasses.dataclass
+class Request:
+    """What the arguments ask for, after every mode rule."""
+    command: str  # apply | status | revert | overlay
+    check: bool = False
+    python: Optional[str] = None
+    checkout: Optional[str] = None
+    no_commit: bool = False
+    overlay_base: Optional[str] = None
+    out: Optional[str] = None
+    topics: List[str] = dataclasses.field(default_factory=list)
+    helping: bool = False
 
 
-def usage_error(message: str) -> int:
+# The message for an option given without its value.
+NEEDS = {
+    "--python": "--python needs an interpreter",
+    "--overlay": "--overlay needs a base, e.g. v2.11.0",
+    "--out": "--out needs a directory",
+    "--topic": "--topic needs a topic name (or all)",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would exit here
+        raise UsageError(message)
+
+
+class _SetMode(argparse.Action):
+    """--status, --revert and --overlay BASE: one of them at most."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: Optional[str] = None) -> None:
+        assert option_string is not None
+        wanted = option_string[2:]
+        if namespace.command != "apply":
+            raise argparse.ArgumentError(None, f"--{namespace.command} and --{wanted} "
+                                               "do not go together")
+        namespace.command = wanted
+        if wanted == "overlay":
+            namespace.overlay_base = values
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog="apply.sh", add_help=False, allow_abbrev=False,
+                     exit_on_error=False)
+    parser.set_defaults(command="apply", overlay_base=None)
+    parser.add_argument("-h", "--help", dest="helping", action="store_true")
+    parser.add_argument("--python")
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--status", action=_SetMode, nargs=0)
+    parser.add_argument("--revert", action=_SetMode, nargs=0)
+    parser.add_argument("--overlay", action=_SetMode)
+    parser.add_argument("--out")
+    parser.add_argument("--no-commit", action="store_true")
+    parser.add_argument("--topic", dest="topics", action="append", default=[])
+    return parser
+
+
+def parse(argv: Sequence[str]) -> Request:
+    """The request `argv` makes, or UsageError naming what is wrong."""
+    try:
+        known, rest = _parser().parse_known_args(list(argv))
+    except argparse.ArgumentError as problem:
+        if problem.argument_name in NEEDS and "expected one argument" in problem.message:
+            raise UsageError(NEEDS[problem.argument_name]) from None
+        raise UsageError(problem.message) from None
+    request = Request(**{field.name: getattr(known, field.name)
+                         for field in dataclasses.fields(Request) if field.name != "checkout"})
+    if request.helping:
+        return request
+    for arg in rest:
+        if arg.startswith("-"):
+            raise UsageError(f"unknown argument: {arg}")
+        if request.checkout is not None:
+            raise UsageError(f"one checkout at a time (got {request.checkout} and {arg})")
+        request.checkout = arg
+    for name in request.topics:
+        if not [part for part in name.split(",") if part]:
+            from torch_backport.series import topics
+            raise UsageError(f"--topic {name!r} names no topic; topics: "
+                             + ", ".join(topic.name for topic in topics()) + ", all")
+    check_mode_rules(request)
+    return request
+
+
+def check_mode_rules(request: Request) -> None:
+    """Which options go with which mode; the first rule broken is named."""
+    rules: List[tuple[bool, str]]
+    if request.command == "overlay":
+        rules = [(request.check, "--check does not apply to --overlay"),
+                 (request.checkout is not None, "--overlay and CHECKOUT do not go together"),
+                 (request.no_commit, "--no-commit goes with a CHECKOUT")]
+    elif request.checkout is not None:
+        rules = [(request.python is not None, "--python and CHECKOUT do not go together"),
+                 (request.out is not None, "--out goes with --overlay"),
+                 (request.no_commit and request.command != "apply",
+                  "--no-commit goes with applying"),
+                 (request.check and request.command == "status",
+                  "--status writes nothing; drop --check")]
+    else:
+        rules = [(request.no_commit, "--no-commit goes with a CHECKOUT"),
+                 (request.python is None, "say what to patch: --python PY or a CHECKOUT"),
+                 (request.out is not None, "--out goes with --overlay")]
+    for broken, message in rules:
+        if broken:
+            raise UsageError(message)
+
+
+def require_python(python: str) -> None:
+    """A Python >= 3.9 that runs, or Failed naming it."""
+    # Python 2 must be able to parse this line too.
+    probe = ('import sys; print("ok" if sys.version_info >= (3, 9) '
+             'else "old %d.%d" % sys.version_info[:2])')
+    try:
+        answer = subprocess.run([python, "-c", probe], capture_output=True,
+                                text=True).stdout.strip()
+    except OSError:
+        answer = ""
+    if answer.startswith("old"):
+        raise Failed(f"{python} is Python {answer[4:]}; apply.sh needs Python 3.9 or later "
+                     "(torch 2.9 and later need 3.10 anyway)")
+    if answer != "ok":
+        raise Failed(f"{python} is not a Python interpreter that runs here")
+
+
+def execute(request: Request) -> int:
+    """Run a parsed request: here, or in the target interpreter."""
+    if request.command == "overlay":
+        out = Path(request.out) if request.out else REPO / "overlay"
+        order: Dict[str, Any] = {"engine": "overlay", "base": request.overlay_base,
+                                 "out": str(out), "cache": str(cache_dir()),
+                                 "topics": request.topics}
+        if request.python is not None:
+            require_python(request.python)
+            return in_target(request.python, dict(order, from_install=True))
+        return engine(dict(order, from_install=False))
+    if request.checkout is not None:
+        if not os.path.exists(request.checkout):
+            raise Failed(f"{request.checkout} does not exist")
+        return engine({"engine": "checkout", "command": request.command,
+                       "checkout": request.checkout, "check": request.check,
+                       "no_commit": request.no_commit, "topics": request.topics})
+    assert request.python is not None
+    require_python(request.python)
+    if request.command == "status" and request.check:
+        raise UsageError("--status writes nothing; drop --check")
+    return in_target(request.python, {"engine": "wheel", "command": request.command,
+                                      "check": request.check, "topics": request.topics})
+
+
+def in_target(python: str, order: Dict[str, Any]) -> int:
+    """Hand `order` to the engine under `python`; returns only on failure."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(python, [python, str(LAUNCH), "engine", json.dumps(order)])
+
+
+def engine(order: Dict[str, Any]) -> int:
+    """Carry out an order (in this interpreter: the target one for a wheel)."""
+    from torch_backport import driver
+    names = order["topics"] or None
+    if order["engine"] == "overlay":
+        from torch_backport.overlay import cmd_overlay
+        return driver.generate(names, lambda chosen: cmd_overlay(
+            order["base"], Path(order["out"]), order["from_install"], Path(order["cache"]),
+            chosen))
+    if order["engine"] == "checkout":
+        from torch_backport.checkout_mode import open_checkout
+        return driver.run(order["command"], names, order["check"], open_checkout(
+            Path(order["checkout"]).resolve(), order["command"], not order["no_commit"]))
+    from torch_backport.wheel_mode import open_install
+    return driver.run(order["command"], names, order["check"], open_install)
+
+
+def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
+              default_python: Optional[str] = None) -> int:
+    """`apply.sh ARGS`; as `torch-backport apply ARGS` with `default_python`."""
+    try:
+        request = parse(argv)
+        if request.helping:
+            if prog_note:
+                print(prog_note)
+            print(APPLY_HELP, end="")
+            return 0
+        if default_python is not None:
+            if request.command == "overlay" and request.out is None:
+                return backport_usage_error(
+                    "--overlay needs --out DIR here: its default, overlay/ beside apply.sh,"
+                    f"\nwould be inside site-packages ({PACKAGE})")
+            if request.python is None and request.checkout is None \
+                    and request.command != "overlay":
+                request.python = default_python
+        return execute(request)
+    except UsageError as problem:
+        print(f"apply.sh: {problem}\n(see scripts/apply.sh --help)", file=sys.stderr)
+        return 2
+    except Failed as problem:
+        print(f"apply.sh: {problem}", file=sys.stderr)
+        return 1
+
+
+def backport_usage_error(message: str) -> int:
     print(f"torch-backport: {message}\n(see torch-backport --help)", file=sys.stderr)
     return 2
 
 
-def apply_args(args: Sequence[str]) -> tuple[list[str], bool, Optional[str]]:
-    """What to pass to apply.sh, whether it will print its help, and the
-    usage error to report instead of running it (or None)."""
-    has: set[str] = set()  # the options given, and "CHECKOUT"
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        if arg in ("-h", "--help"):  # apply.sh prints its help here and exits 0
-            return list(args), True, None
-        if arg in VALUE_OPTIONS:
-            if index + 1 == len(args):  # apply.sh names the missing value
-                return list(args), False, None
-            has.add(arg)
-            index += 2
-            continue
-        has.add("CHECKOUT" if not arg.startswith("-") else arg)
-        index += 1
-    if "--overlay" in has and "--out" not in has:
-        return [], False, ("--overlay needs --out DIR here: its default, overlay/ "
-                           f"beside apply.sh,\nwould be inside site-packages ({PACKAGE})")
-    if not has & {"--python", "--overlay", "CHECKOUT"}:
-        return ["--python", sys.executable, *args], False, None
-    return list(args), False, None
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The installed `torch-backport` command."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
-        return usage_error("say what to do: torch-backport apply [ARGS...]")
+        return backport_usage_error("say what to do: torch-backport apply [ARGS...]")
     if args[0] in ("-h", "--help"):
-        print(usage(), end="")
+        print(BACKPORT_HELP.format(version=__version__, package=PACKAGE,
+                                   python=sys.executable), end="")
         return 0
     if args[0] == "--version":
         print(f"torch-backport {__version__}")
         return 0
     if args[0] != "apply":
-        return usage_error(f"unknown command: {args[0]} (the one command is `apply`)")
-    passed, helping, error = apply_args(args[1:])
-    if error is not None:
-        return usage_error(error)
-    if helping:
-        print(apply_help_line(), flush=True)
-    try:
-        os.execvp("bash", ["bash", str(APPLY), *passed])
-    except OSError as exc:  # no bash on PATH
-        print(f"torch-backport: cannot run bash {APPLY}: {exc}", file=sys.stderr)
-        return 1
+        return backport_usage_error(f"unknown command: {args[0]} (the one command is `apply`)")
+    note = (f"torch-backport apply ARGS is scripts/apply.sh ARGS, adding --python "
+            f"{sys.executable} when ARGS have no --python, CHECKOUT or --overlay.")
+    return run_apply(args[1:], prog_note=note, default_python=sys.executable)
+
+
+def launched(argv: List[str]) -> int:
+    """Entry from _launch.py: `apply ARGS` (scripts/apply.sh) or `engine ORDER`
+    (the target interpreter)."""
+    if argv[:1] == ["engine"]:
+        return engine(json.loads(argv[1]))
+    return run_apply(argv[1:])
 
 
 if __name__ == "__main__":

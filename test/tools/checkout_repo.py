@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from fake_install import APPLY, AUTOCAST, ISA_PROBE, TOUCHED
+from fake_install import APPLY, AUTOCAST, ISA_PROBE, torch_site, TOUCHED
 
 # Other files of a checkout, so the tree is not only what the series touches.
 EXTRA = ["torch/__init__.py", "torch/_inductor/utils.py", ISA_PROBE, AUTOCAST]
@@ -105,11 +105,4 @@ def make_checkout(path: Path, site: Path, files: list[str] | None = None) -> Che
     return checkout
 
 
-def site_of(python: str) -> Path:
-    return Path(
-        subprocess.run(
-            [python, "-c",
-             "import importlib.metadata as m; print(m.distribution('torch').locate_file(''))"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()
-    )
+site_of = torch_site  # the name the checkout tests use

@@ -15,24 +15,47 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+import expecttest
+
+from torch_backport.series import primary_topic, REPO, select_topics, topic_files, topics
+from torch_backport.wheel_mode import STATE_DIRNAME
+
+__all__ = ["REPO", "STATE_DIRNAME"]  # re-exported: the tests take these facts from here
+
 APPLY = REPO / "scripts" / "apply.sh"
-STATE_DIRNAME = ".torch-pregrad-backport"
-TOUCHED = [
-    "torch/_functorch/aot_autograd.py",
-    "torch/_inductor/codecache.py",
-    "torch/_inductor/compile_fx.py",
-    "torch/_inductor/config.py",
-    "torch/_inductor/fx_passes/pre_grad.py",
-]
+# The real torch installs the tests copy from; scripts/test.sh sets both.
+STOCK = "PREGRAD_STOCK_PYTHON"  # torch 2.11.0 as released
+UPSTREAM = "PREGRAD_UPSTREAM_PYTHON"  # torch 2.12.0 as released
+TOUCHED = topic_files(primary_topic())
 # The file the opt-in cpu-isa-probe topic patches.
-ISA_PROBE = "torch/_inductor/cpu_vec_isa.py"
+(ISA_PROBE,) = topic_files(select_topics(["cpu-isa-probe"])[0])
 # The file the autocast-cache-key topic (applied by default too) patches.
-AUTOCAST = "torch/_functorch/_aot_autograd/autograd_cache.py"
-INSTALLED = sorted(TOUCHED + [ISA_PROBE, AUTOCAST])
+(AUTOCAST,) = topic_files(select_topics(["autocast-cache-key"])[0])
+INSTALLED = sorted({rel for topic in topics() for rel in topic_files(topic)})
+
+
+class ScratchTestCase(expecttest.TestCase):
+    """A test with its own scratch directory, self.tmp, removed afterwards."""
+    scratch_prefix = "pregrad-test-"
+
+    def setUp(self) -> None:
+        super().setUp()
+        scratch = tempfile.TemporaryDirectory(prefix=self.scratch_prefix)
+        self.addCleanup(scratch.cleanup)
+        self.tmp = Path(scratch.name)
+
+
+def torch_site(python: str) -> Path:
+    """Where `python`'s torch is installed (its site-packages)."""
+    return Path(subprocess.run(
+        [python, "-c",
+         "import importlib.metadata as m; print(m.distribution('torch').locate_file(''))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip())
 
 
 def source_python(variable: str) -> str:

@@ -14,33 +14,30 @@ import tempfile
 import unittest
 from pathlib import Path
 
-import expecttest
 from hypothesis import given, HealthCheck, settings, strategies as st
 
 from checkout_repo import Checkout, make_checkout, site_of
-from fake_install import REPO, source_python, TOUCHED
+from fake_install import ScratchTestCase, source_python, STOCK, TOUCHED, UPSTREAM
 
-sys.path.insert(0, str(REPO / "scripts"))
-import pregrad_checkout  # noqa: E402
-import pregrad_wheel  # noqa: E402
+import torch_backport.series as model  # noqa: E402
 
-SERIES = pregrad_wheel.load_series("v2.11.0")
+SERIES = model.load_series("v2.11.0")
 # The original topic alone: what most scenarios here are about (a plain
 # apply also applies the other default topics, autocast-cache-key).
 ORIGINAL = ("--topic", "pre-grad-pass-timing")
 
 
 def stock_site() -> Path:
-    return site_of(source_python("PREGRAD_STOCK_PYTHON"))
+    return site_of(source_python(STOCK))
 
 
 def patched_files() -> dict[str, bytes]:
     pristine = {rel: (stock_site() / rel).read_bytes() for rel in TOUCHED}
-    return pregrad_wheel.apply_series(pristine, SERIES)
+    return model.apply_series(pristine, SERIES)
 
 
 def subjects() -> list[str]:
-    return [pregrad_checkout.patch_subject(patch) for patch in SERIES.patches]
+    return [patch.subject for patch in SERIES.patches]
 
 
 def hunk_lines(rel: str) -> set[int]:
@@ -56,13 +53,12 @@ def hunk_lines(rel: str) -> set[int]:
     return covered
 
 
-class ApplyCheckoutTest(expecttest.TestCase):
+class ApplyCheckoutTest(ScratchTestCase):
+    scratch_prefix = "pregrad-checkout-test-"
     maxDiff = None
 
     def setUp(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="pregrad-checkout-test-")
-        self.addCleanup(self._tmp.cleanup)
-        self.tmp = Path(self._tmp.name)
+        super().setUp()
         self.site = stock_site()
 
     def checkout(self, name: str = "pytorch") -> Checkout:
@@ -325,7 +321,7 @@ already applied: all 2 patches are in HEAD's history; nothing to do
 
     def test_checkout_of_a_release_with_the_feature_gets_the_results_fixes(self) -> None:
         """A v2.12.0 tree is found by content and gets its own two-patch series."""
-        upstream_site = site_of(source_python("PREGRAD_UPSTREAM_PYTHON"))
+        upstream_site = site_of(source_python(UPSTREAM))
         checkout = make_checkout(self.tmp / "v2.12", upstream_site)
         code, output = checkout.run(*ORIGINAL)
         self.assertEqual(code, 0, output)
@@ -340,7 +336,7 @@ already applied: all 2 patches are in HEAD's history; nothing to do
     def test_checkout_of_a_patch_release_gets_the_series_its_files_match(self) -> None:
         """A v2.12.1 tree (2.12.1's touched files are 2.12.0's, byte for
         byte) gets v2.12.0's series, and --status says so for every topic."""
-        upstream_site = site_of(source_python("PREGRAD_UPSTREAM_PYTHON"))
+        upstream_site = site_of(source_python(UPSTREAM))
         checkout = self.checkout_at(upstream_site, "v2.12.1")
         before_tree = checkout.git("rev-parse", "HEAD^{tree}")
         code, output = checkout.run("--topic", "all")

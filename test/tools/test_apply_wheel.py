@@ -9,37 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 import unittest
-from pathlib import Path
 
-import expecttest
+import torch_backport.series as model
+from fake_install import (AUTOCAST, FakeInstall, make_fake_install, REPO, ScratchTestCase,
+                          source_python, STATE_DIRNAME, STOCK, TOUCHED, UPSTREAM)
 
-import pregrad_series
-from fake_install import (
-    AUTOCAST,
-    FakeInstall,
-    make_fake_install,
-    REPO,
-    source_python,
-    STATE_DIRNAME,
-    TOUCHED,
-)
-
-STOCK = "PREGRAD_STOCK_PYTHON"  # torch 2.11.0 as released
-UPSTREAM = "PREGRAD_UPSTREAM_PYTHON"  # torch 2.12.0 as released
 FAULT = "_PREGRAD_TEST_FAULT"
 # The supported bases as apply.sh lists them; more come as data.
-BASES = ", ".join(pregrad_series.supported_bases())
-AUTOCAST_BASES = ", ".join(pregrad_series.supported_bases(
-    pregrad_series.select_topics(["autocast-cache-key"])[0]))
+BASES = ", ".join(model.supported_bases())
+AUTOCAST_BASES = ", ".join(model.supported_bases(
+    model.select_topics(["autocast-cache-key"])[0]))
 
 
-class ApplyWheelTest(expecttest.TestCase):
-    def setUp(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="pregrad-wheel-test-")
-        self.addCleanup(self._tmp.cleanup)
-        self.tmp = Path(self._tmp.name)
+class ApplyWheelTest(ScratchTestCase):
+    scratch_prefix = "pregrad-wheel-test-"
 
     def install(self, source: str = STOCK, version: str | None = None,
                 vendor_edits: dict[str, bytes] | None = None) -> FakeInstall:

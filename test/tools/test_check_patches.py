@@ -11,7 +11,7 @@ from pathlib import Path
 
 import expecttest
 
-from fake_install import REPO, source_python
+from fake_install import REPO, source_python, STOCK
 
 CHECK = REPO / "scripts" / "check-patches"
 FIRST = "0001-aot_autograd-run-pre-grad-passes-after-the-AOTAutogr.patch"
@@ -28,7 +28,7 @@ class CheckPatchesTest(expecttest.TestCase):
 
     def check(self) -> tuple[int, str]:
         result = subprocess.run(
-            [str(CHECK), "--python", source_python("PREGRAD_STOCK_PYTHON"),
+            [str(CHECK), "--python", source_python(STOCK),
              "--patches", str(self.patches), "v2.11.0"],
             capture_output=True, text=True,
         )

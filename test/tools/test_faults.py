@@ -1,6 +1,6 @@
 """Fault injection: apply.sh killed (as by SIGKILL) or out of disk at every step.
 
-scripts/pregrad_wheel.py calls step() before each write, rename and unlink;
+torch_backport/fsio.step() runs before each write, rename and unlink;
 _PREGRAD_TEST_FAULT=kill:N makes the N-th step exit hard (status 137), and
 enospc:N makes it fail with "No space left on device". Each test walks every
 step index of one command until the command gets through without reaching the
@@ -19,23 +19,16 @@ import tempfile
 import unittest
 from pathlib import Path
 
-import pregrad_series
+import torch_backport.series as model
 from checkout_repo import GIT_ENV, make_checkout, site_of
-from fake_install import (
-    APPLY,
-    FakeInstall,
-    make_fake_install,
-    source_python,
-    STATE_DIRNAME,
-    TOUCHED,
-)
+from fake_install import (APPLY, FakeInstall, make_fake_install, ScratchTestCase, source_python,
+                          STATE_DIRNAME, STOCK, TOUCHED)
 
-STOCK = "PREGRAD_STOCK_PYTHON"
 FAULT = "_PREGRAD_TEST_FAULT"
 MAX_STEPS = 200
 # What a plain apply commits on v2.11.0: every default topic's series.
-PATCH_COUNT = sum(len(pregrad_series.load_series("v2.11.0", topic).patches)
-                  for topic in pregrad_series.select_topics(None))  # far above any command's step count: a walk that reaches it is a bug
+PATCH_COUNT = sum(len(model.load_series("v2.11.0", topic).patches)
+                  for topic in model.select_topics(None))  # far above any command's step count: a walk that reaches it is a bug
 
 
 def tree(directory: Path) -> dict[str, bytes]:
@@ -43,11 +36,11 @@ def tree(directory: Path) -> dict[str, bytes]:
             for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
-class FaultInjectionTest(unittest.TestCase):
+class FaultInjectionTest(ScratchTestCase):
+    scratch_prefix = "pregrad-faults-"
+
     def setUp(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="pregrad-faults-")
-        self.addCleanup(self._tmp.cleanup)
-        self.tmp = Path(self._tmp.name)
+        super().setUp()
         self.count = itertools.count()
         reference = self.fresh()
         self.pristine = reference.snapshot()

@@ -7,41 +7,35 @@ a scratch directory), so the repository's own patches are never touched.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import stat
 import subprocess
-import tempfile
 import unittest
 from pathlib import Path
 
-import expecttest
-
 from checkout_repo import make_checkout, site_of
-from fake_install import make_fake_install, REPO, source_python, STATE_DIRNAME, TOUCHED
+from fake_install import (make_fake_install, REPO, ScratchTestCase, source_python, STATE_DIRNAME,
+                          STOCK, TOUCHED)
 
-STOCK = "PREGRAD_STOCK_PYTHON"
 CONFIG = "torch/_inductor/config.py"
 PATCH_0003 = "0003-inductor-add-pre_grad_pass_timing-early-late-default.patch"
 
 
-class ReliabilityTest(expecttest.TestCase):
+class ReliabilityTest(ScratchTestCase):
+    scratch_prefix = "pregrad-reliability-"
     maxDiff = None
-
-    def setUp(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="pregrad-reliability-")
-        self.addCleanup(self._tmp.cleanup)
-        self.tmp = Path(self._tmp.name)
 
     def install(self, name: str = "install"):
         return make_fake_install(self.tmp / name, source_python(STOCK))
 
     def project_copy(self) -> Path:
-        """scripts/ and patches/ of this project, to damage a patch in."""
+        """scripts/, torch_backport/ and patches/ of this project, to damage a
+        patch in."""
         copy = self.tmp / "project"
-        for part in ("scripts", "patches"):
-            shutil.copytree(REPO / part, copy / part)
+        for part in ("scripts", "torch_backport", "patches"):
+            shutil.copytree(REPO / part, copy / part,
+                            ignore=shutil.ignore_patterns("__pycache__"))
         return copy
 
     def cut_0003_before_config(self, project: Path) -> Path:
@@ -273,7 +267,7 @@ class ReliabilityTest(expecttest.TestCase):
 <testcase classname="test.dynamo.test_pre_grad_pass_timing.PreGradPassTimingTests"
   name="test_config_default_is_default"><failure/></testcase>
 </testsuite></testsuites>""")
-        summary = REPO / "scripts" / "junit_summary.py"
+        summary = REPO / "test" / "harness" / "junit_summary.py"
         result = subprocess.run(["python3", str(summary), str(report), "--by-suite",
                                  "--expect-stock", "2.12.0"], capture_output=True, text=True)
         self.assertEqual(result.returncode, 1)

@@ -9,16 +9,11 @@ compile runs. pytest reaches that install's interpreter through a .pth file.
 from __future__ import annotations
 
 import subprocess
-import sys
 import sysconfig
-import tempfile
 import unittest
-from pathlib import Path
-
-import expecttest
 
 from checkout_repo import Checkout
-from fake_install import make_fake_install, REPO, source_python
+from fake_install import make_fake_install, REPO, ScratchTestCase, source_python, STOCK
 
 RUNNER = REPO / "scripts" / "run-upstream-tests.sh"
 STAND_IN = '''\
@@ -44,14 +39,13 @@ def test_pre_grad_passes_exist():  # passes both
 '''
 
 
-class RunUpstreamTestsTest(expecttest.TestCase):
+class RunUpstreamTestsTest(ScratchTestCase):
+    scratch_prefix = "pregrad-upstream-tests-"
     maxDiff = None
 
     def setUp(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="pregrad-upstream-tests-")
-        self.addCleanup(self._tmp.cleanup)
-        self.tmp = Path(self._tmp.name)
-        self.install = make_fake_install(self.tmp / "install", source_python("PREGRAD_STOCK_PYTHON"))
+        super().setUp()
+        self.install = make_fake_install(self.tmp / "install", source_python(STOCK))
         # pytest and its dependencies, after the small install's own site-packages.
         (self.install.site / "zz-test-runner.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
         self.checkout = Checkout(self.tmp / "pytorch")

@@ -6,33 +6,21 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import sys
 import unittest
-from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
 
-from fake_install import REPO, source_python
+from fake_install import REPO, source_python, STOCK, torch_site
 
-sys.path.insert(0, str(REPO / "scripts"))
-import pregrad_wheel  # noqa: E402
+import torch_backport.series as model  # noqa: E402
 
-BASES = pregrad_wheel.supported_bases()
+BASES = model.supported_bases()
 
 
-def pristine_files(series: pregrad_wheel.Series) -> dict[str, bytes]:
+def pristine_files(series: model.Series) -> dict[str, bytes]:
     """The base's pristine files, from the stock torch venv of scripts/test.sh."""
-    site = subprocess.run(
-        [
-            source_python("PREGRAD_STOCK_PYTHON"),
-            "-c",
-            "import importlib.metadata as m; print(m.distribution('torch').locate_file(''))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    return {rel: (Path(site) / rel).read_bytes() for rel in series.touched}
+    site = torch_site(source_python(STOCK))
+    return {rel: (site / rel).read_bytes() for rel in series.touched}
 
 
 class SeriesTest(unittest.TestCase):
@@ -53,7 +41,7 @@ class SeriesTest(unittest.TestCase):
 
     def test_every_patch_parses_and_carries_provenance(self) -> None:
         for base in BASES:
-            for patch in pregrad_wheel.load_series(base).patches:
+            for patch in model.load_series(base).patches:
                 with self.subTest(patch=patch.name):
                     subprocess.run(
                         ["git", "apply", "--numstat", str(patch)],
@@ -77,15 +65,15 @@ class SeriesTest(unittest.TestCase):
                         self.assertIn(field, text)
 
     def test_pristine_files_match_the_recorded_base(self) -> None:
-        series = pregrad_wheel.load_series("v2.11.0")
-        expected = pregrad_wheel.expected_pristine(series)
+        series = model.load_series("v2.11.0")
+        expected = model.pristine_sha256(series)
         self.assertEqual(sorted(expected), series.touched)
         for rel, data in pristine_files(series).items():
             self.assertEqual(hashlib.sha256(data).hexdigest(), expected[rel], rel)
 
     def test_series_applies_without_fuzz_to_its_base(self) -> None:
-        series = pregrad_wheel.load_series("v2.11.0")
-        patched = pregrad_wheel.apply_series(pristine_files(series), series)
+        series = model.load_series("v2.11.0")
+        patched = model.apply_series(pristine_files(series), series)
         config = patched["torch/_inductor/config.py"].decode()
         self.assertIn(
             'pre_grad_pass_timing: Literal["early", "late", "default"] = "default"',
@@ -101,7 +89,7 @@ class SeriesTest(unittest.TestCase):
     def test_a_drifted_base_is_refused_naming_patch_and_file(self, data: st.DataObject) -> None:
         """Edit one line that a hunk of the first patch touching a file relies
         on: the series is refused, naming that patch and the file."""
-        series = pregrad_wheel.load_series("v2.11.0")
+        series = model.load_series("v2.11.0")
         pristine = pristine_files(series)
         rel = data.draw(st.sampled_from(series.touched), label="file")
         patch = next(p for p in series.patches if any(d.path == rel for d in p.files))
@@ -112,8 +100,8 @@ class SeriesTest(unittest.TestCase):
         lines = pristine[rel].decode().split("\n")
         lines[line_number - 1] += "  # drifted"
         drifted = {**pristine, rel: "\n".join(lines).encode()}
-        with self.assertRaises(pregrad_wheel.Refused) as caught:
-            pregrad_wheel.apply_series(drifted, series)
+        with self.assertRaises(model.Refused) as caught:
+            model.apply_series(drifted, series)
         message = str(caught.exception)
         self.assertIn(f"patches/v2.11.0/{patch.name} does not apply", message)
         self.assertIn(rel, message)

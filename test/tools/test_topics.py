@@ -10,36 +10,26 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 import unittest
-from pathlib import Path
 
-import expecttest
-
-import pregrad_series
+import torch_backport.series as model
 from checkout_repo import make_checkout, site_of
-from fake_install import (AUTOCAST, FakeInstall, ISA_PROBE, make_fake_install, REPO, source_python,
-                          STATE_DIRNAME, TOUCHED)
+from fake_install import (AUTOCAST, FakeInstall, ISA_PROBE, make_fake_install, REPO,
+                          ScratchTestCase, source_python, STATE_DIRNAME, STOCK, TOUCHED, UPSTREAM)
 
-STOCK = "PREGRAD_STOCK_PYTHON"  # torch 2.11.0 as released
-UPSTREAM = "PREGRAD_UPSTREAM_PYTHON"  # torch 2.12.0 as released
-ISA = pregrad_series.select_topics(["cpu-isa-probe"])[0]
+ISA = model.select_topics(["cpu-isa-probe"])[0]
 
 
 def isa_patched() -> bytes:
     """What the cpu-isa-probe series makes of the stock 2.11.0 file."""
     pristine = (site_of(source_python(STOCK)) / ISA_PROBE).read_bytes()
-    series = pregrad_series.load_series("v2.11.0", ISA)
-    return pregrad_series.apply_series({ISA_PROBE: pristine}, series)[ISA_PROBE]
+    series = model.load_series("v2.11.0", ISA)
+    return model.apply_series({ISA_PROBE: pristine}, series)[ISA_PROBE]
 
 
-class TopicsWheelTest(expecttest.TestCase):
+class TopicsWheelTest(ScratchTestCase):
+    scratch_prefix = "pregrad-topics-test-"
     maxDiff = None
-
-    def setUp(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="pregrad-topics-test-")
-        self.addCleanup(self._tmp.cleanup)
-        self.tmp = Path(self._tmp.name)
 
     def install(self, source: str = STOCK, version: str | None = None,
                 vendor_edits: dict[str, bytes] | None = None) -> FakeInstall:
@@ -243,13 +233,12 @@ applied 3 patches to 1 files; originals kept in <site>/.torch-pregrad-backport-c
         self.assertEqual((out / ISA_PROBE).read_bytes(), isa_patched())
 
 
-class TopicsCheckoutTest(expecttest.TestCase):
+class TopicsCheckoutTest(ScratchTestCase):
+    scratch_prefix = "pregrad-topics-checkout-"
     maxDiff = None
 
     def setUp(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="pregrad-topics-checkout-")
-        self.addCleanup(self._tmp.cleanup)
-        self.tmp = Path(self._tmp.name)
+        super().setUp()
         self.site = site_of(source_python(STOCK))
 
     def test_each_topic_commits_and_reverts_its_own_patches(self) -> None:

@@ -1,57 +1,44 @@
-"""Apply, revert and inspect the backport series on an installed torch wheel.
+"""An installed torch wheel: apply, revert and inspect each topic's series
+in site-packages, checked against the wheel's RECORD.
 
-Called by scripts/apply.sh, under the interpreter whose torch is the target
-(`importlib.metadata` then reads that install's RECORD). It never imports
-torch: a half-patched or foreign install must not run before we decide.
-
-Exit codes: 0 done or nothing to do, 1 refused or failed, 2 usage.
+Runs under the interpreter whose torch is the target (`importlib.metadata`
+then reads that install's RECORD; see _target.py). It never imports torch: a
+half-patched or foreign install must not run before we decide.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
-import contextlib
 import dataclasses
-import errno
-import fcntl
 import hashlib
-import io
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
-import tempfile
-import zipfile
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, ContextManager, Dict, List, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pregrad_series import (  # noqa: E402  (one series model for every path)
+from torch_backport.fsio import atomic_write, locked, step
+from torch_backport.series import (
     apply_series,
-    confined,
-    default_topic,
     final_blobs,
     git_blob_id,
     identify,
     Identified,
     load_series,
-    load_topic_series,
-    refuse_shared_files,
-    pristine_table,
+    primary_topic,
     Refused,
     release_numbers,
-    select_topics,
     Series,
+    sha256_hex,
     shown,
     supported_bases,
     Topic,
     topic_files,
     topics,
 )
+
 STATE_DIRNAME = ".torch-pregrad-backport"
 Manifest = Dict[str, Any]  # the JSON of <state dir>/manifest.json
 MANIFEST = "manifest.json"
@@ -60,10 +47,6 @@ MANIFEST = "manifest.json"
 def record_digest(data: bytes) -> str:
     """The RECORD form of a sha256: urlsafe base64 without padding."""
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 # --------------------------------------------------------------------------
@@ -130,7 +113,7 @@ def find_install(topic: Optional[Topic] = None) -> Install:
             "files cannot be told from modified ones"
         )
     site = Path(str(dist.locate_file(""))).resolve()
-    return Install(dist, site, dist.version, record, topic or default_topic())
+    return Install(dist, site, dist.version, record, topic or primary_topic())
 
 
 @dataclasses.dataclass
@@ -176,27 +159,6 @@ class Status:
         why = self.why(verb)
         if why:
             print(why)
-
-
-# --------------------------------------------------------------------------
-# Fault injection for the tests: every step that writes, renames or deletes
-# calls step() first; _PREGRAD_TEST_FAULT=kill:N exits hard at step N (as a
-# SIGKILL would), enospc:N raises "No space left on device" there.
-
-FAULT_ENV = "_PREGRAD_TEST_FAULT"
-_steps_taken = 0
-
-
-def step(what: object) -> None:
-    global _steps_taken
-    spec = os.environ.get(FAULT_ENV, "")
-    kind, _, at = spec.partition(":")
-    this_step, _steps_taken = _steps_taken, _steps_taken + 1
-    if spec and this_step == int(at):  # one fault per run
-        if kind == "kill":
-            os._exit(137)
-        if kind == "enospc":
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(what))
 
 
 def read_manifest(install: Install) -> Optional[Manifest]:
@@ -294,18 +256,6 @@ def inspect(install: Install) -> Status:
     if kinds == {"patched"}:
         return Status("patched-no-backups", install, series, lines, None, identified=identified)
     return Status("modified", install, series, lines, manifest, identified=identified)
-
-
-def atomic_write(target: Path, data: bytes, mode: int) -> None:
-    tmp = target.with_name(f".{target.name}.pregrad-tmp")
-    step(tmp)
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.chmod(tmp, mode)
-    step(target)
-    os.replace(tmp, target)
 
 
 def restore_pristine(install: Install, manifest: Manifest) -> List[str]:
@@ -696,230 +646,6 @@ def cmd_revert(install: Install, check: bool, named: bool = True) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------
-# The overlay: the patched files of a base, generated from pristine sources
-
-
-def pristine_from_install(series: Series) -> Dict[str, bytes]:
-    install = find_install(series.topic)
-    status = inspect(install)
-    if status.series is None or status.series.base != series.base:
-        what = (f"the files of {status.series.base}" if status.series is not None
-                and status.identified is not None and status.identified.exact
-                else "files that match no base" if status.series is None
-                else "modified files")
-        raise Refused(f"{sys.executable} has torch {install.version}, with {what}, "
-                      f"not those of {series.base}")
-    if status.state == "pristine":
-        return {rel: install.read(rel) for rel in series.touched}
-    if status.state == "patched":
-        return {rel: (install.state_dir / "orig" / rel).read_bytes() for rel in series.touched}
-    raise Refused(f"torch in {install.site} is {status.state}; need pristine or patched files")
-
-
-def pristine_from_wheel(series: Series, cache: Path,
-                        version: Optional[str] = None) -> Dict[str, bytes]:
-    """The files `series` touches, from the wheel of torch `version` (the
-    base's own release if None), checked against that wheel's RECORD."""
-    return release_files_from_wheel(version or series.version, series.touched, cache)
-
-
-def release_files_from_wheel(version: str, paths: List[str], cache: Path) -> Dict[str, bytes]:
-    wheels = cache / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    candidates = wheel_files(wheels, version)
-    if not candidates:
-        print(f"downloading the torch {version} wheel into {wheels} "
-              "(about 530 MB; pip shows progress) ...", file=sys.stderr, flush=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--python-version", f"{sys.version_info.major}.{sys.version_info.minor}",
-             "-d", str(wheels), f"torch=={version}"],
-            check=True,
-        )
-        candidates = wheel_files(wheels, version)
-    if not candidates:
-        raise Refused(f"pip did not produce a torch {version} wheel in {wheels}")
-    with zipfile.ZipFile(candidates[0]) as wheel:
-        # A local build tag (2.13.0+cpu) names the dist-info directory too.
-        record_name = next(name for name in wheel.namelist()
-                           if re.fullmatch(r"torch-[^/]+\.dist-info/RECORD", name))
-        record: Dict[str, str] = {}
-        for line in wheel.read(record_name).decode().splitlines():
-            path, digest, _size = line.rsplit(",", 2)
-            if digest.startswith("sha256="):
-                record[path] = digest[len("sha256="):]
-        names = set(wheel.namelist())
-        files = {rel: wheel.read(rel) for rel in paths if rel in names}
-    for rel, data in files.items():
-        if record_digest(data) != record.get(rel):
-            raise Refused(f"{candidates[0]}: {rel} does not match the wheel's RECORD")
-    return files
-
-
-def wheel_files(wheels: Path, version: str) -> List[Path]:
-    """Cached wheels of torch `version`, with or without a local build tag."""
-    return sorted([*wheels.glob(f"torch-{version}-*.whl"),
-                   *wheels.glob(f"torch-{version}+*.whl")])
-
-
-def overlay_series(name: str, chosen: List[Topic], from_install: bool,
-                   cache: Path) -> tuple[List[Series], Optional[str]]:
-    """The series an overlay of `name` is made from, and the release whose
-    files it starts from when that is not the base's own: a base names its
-    own series (v2.11.0); any other release (2.12.1, v2.14.0) gets, for each
-    topic, the series whose pristine files that release holds byte for byte."""
-    if all((topic.directory(name) / "series").is_file() for topic in chosen):
-        return load_topic_series(name, chosen), None
-    version = name[1:] if name.startswith("v") else name
-    if not release_numbers(version):
-        raise Refused(f"--overlay {name}: not a base or a torch release (e.g. v2.11.0, 2.12.1)")
-    paths = sorted({rel for topic in chosen for rel in topic_files(topic)})
-    if from_install:
-        install = find_install()
-        if release_numbers(install.version) != release_numbers(version):
-            raise Refused(f"{sys.executable} has torch {install.version}, not {version}")
-        blobs = {rel: install.blob(rel) for rel in paths}
-    else:
-        files = release_files_from_wheel(version, paths, cache)
-        blobs = {rel: git_blob_id(files[rel]) if rel in files else None for rel in paths}
-    every = []
-    for topic in chosen:
-        found = identify(topic, blobs, version)
-        if found.series is None or found.how != "pristine":
-            what = "" if topic.primary else f" of topic {topic.name}"
-            raise Refused(f"torch {version}: no series{what} matches its files"
-                          + (f" ({found.reason()})" if found.series else "")
-                          + "; nothing was written")
-        print(f"torch {version}: {found.reason()}: using {shown(found.series.directory)}")
-        every.append(found.series)
-    refuse_shared_files(every)
-    return every, version
-
-
-def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path,
-                chosen: List[Topic]) -> int:
-    every, release = overlay_series(base, chosen, from_install, cache)
-    series = every[0]
-    pristine: Dict[str, bytes] = {}
-    patched: Dict[str, bytes] = {}
-    for part in every:
-        if from_install:
-            files = pristine_from_install(part)
-            source = f"installed torch of {sys.executable}"
-        else:
-            files = pristine_from_wheel(part, cache, release)
-            source = f"torch {release or part.version} wheel from the package index"
-        for rel, data in files.items():
-            expected = expected_pristine(part).get(rel)
-            if expected is not None and sha256_hex(data) != expected:
-                raise Refused(f"{rel} from the {source} differs from "
-                              f"{part.directory}/pristine.tsv")
-        pristine.update(files)
-        patched.update(apply_series(files, part))
-    touched = sorted(patched)
-    out.mkdir(parents=True, exist_ok=True)
-    previous = previous_overlay_files(out)
-    for stale in [*(p for p in out.glob(".overlay-*") if p.name != JOURNAL),
-                  out / f".{JOURNAL}.pregrad-tmp"]:
-        if stale.exists():  # left by a killed run
-            step(stale)
-            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
-    staging = Path(tempfile.mkdtemp(prefix=".overlay-", dir=out))
-    new_files = [*touched, "SHA256SUMS", "STAMP"]
-    try:
-        for rel, data in patched.items():
-            step(staging / rel)
-            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            (staging / rel).write_bytes(data)
-        sums = "".join(f"{sha256_hex(patched[rel])}  {rel}\n" for rel in touched)
-        step(staging / "SHA256SUMS")
-        (staging / "SHA256SUMS").write_text(sums)
-        stamp = [f"base: {series.base}"] + ([f"release: {release}"] if release else [])
-        stamp += [f"source: {source}"]
-        if [part.topic for part in every] != [topic for topic in topics()
-                                              if topic.applied == "default"]:
-            stamp += ["topics: " + " ".join(part.topic.name for part in every)]
-        stamp += ["series:"]
-        stamp += [f"  {sha256_hex(p.read_bytes())}  {shown(p.path)}"
-                  for part in every for p in part.patches]
-        stamp += ["pristine:"]
-        stamp += [f"  {sha256_hex(pristine[rel])}  {rel}" for rel in touched]
-        stamp += ["patched (also in SHA256SUMS):"]
-        stamp += [f"  {sha256_hex(patched[rel])}  {rel}" for rel in touched]
-        step(staging / "STAMP")
-        (staging / "STAMP").write_text("\n".join(stamp) + "\n")
-        # Until the journal is removed, every file it names counts as ours: a
-        # run killed while swapping files leaves a directory the next run can
-        # replace.
-        journal = sorted(set(previous) | set(new_files))
-        step(out / JOURNAL)
-        atomic_write(out / JOURNAL, "".join(f"{rel}\n" for rel in journal).encode(), 0o644)
-        for rel in previous:
-            step(out / rel)
-            (out / rel).unlink()
-        for directory in sorted({(out / rel).parent for rel in previous}, reverse=True):
-            while directory != out and directory.is_dir() and not any(directory.iterdir()):
-                directory.rmdir()
-                directory = directory.parent
-        for rel in new_files:
-            (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            step(out / rel)
-            os.replace(staging / rel, out / rel)
-        step(out / JOURNAL)
-        (out / JOURNAL).unlink()
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    for rel in touched:
-        print(f"  {out / rel}")
-    names = "" if len(every) == 1 and series.topic.primary else (
-        " (topics: " + ", ".join(part.topic.name for part in every) + ")")
-    what = f"torch {release} (base {series.base})" if release else series.base
-    print(f"overlay for {what}{names} written to {out} "
-          f"(verify: cd {out} && sha256sum -c SHA256SUMS)")
-    return 0
-
-
-JOURNAL = ".overlay-journal"
-
-
-def previous_overlay_files(out: Path) -> List[str]:
-    """The files of an overlay generated here before, which may be replaced.
-    Anything else in `out` (an installed torch, say) makes us refuse, and so
-    does a listed path that would lead outside `out`."""
-    listed: List[str] = []
-    sums, journal = out / "SHA256SUMS", out / JOURNAL
-    if sums.is_file() and (out / "STAMP").is_file():
-        listed += [line.split("  ", 1)[1] for line in sums.read_text().splitlines()
-                   if "  " in line]
-    if journal.is_file():
-        listed += [line for line in journal.read_text().splitlines() if line]
-    outside = [rel for rel in listed
-               if not (confined(rel) or rel in ("SHA256SUMS", "STAMP"))
-               or not (out / rel).resolve().is_relative_to(out.resolve())]
-    if outside:
-        raise Refused(
-            f"{sums if sums.is_file() else journal} names {outside[0]!r}, which is not a "
-            f"file under torch/ inside {out}; nothing was written or deleted. Remove that "
-            "line, or name a new directory")
-    ours = (set(listed) | ({"SHA256SUMS", "STAMP"} if listed else set())
-            | {"README.md", JOURNAL, f".{JOURNAL}.pregrad-tmp"})
-    foreign = [str(path.relative_to(out)) for path in sorted(out.rglob("*"))
-               if path.is_file() and str(path.relative_to(out)) not in ours
-               and not path.relative_to(out).parts[0].startswith(".overlay-")]
-    if foreign:
-        raise Refused(
-            f"{out} holds files that this script did not generate (e.g. {foreign[0]}, "
-            f"{len(foreign)} in all); nothing was written. Name an empty or new "
-            "directory, or one holding an earlier overlay"
-        )
-    return sorted({rel for rel in listed if (out / rel).is_file()})
-
-
-def expected_pristine(series: Series) -> Dict[str, str]:
-    return {path: row[1] for path, row in pristine_table(series).items()}
-
-
 def installed_base(topic: Topic) -> Optional[str]:
     """The base whose pristine or patched files this interpreter's torch holds."""
     try:
@@ -939,114 +665,51 @@ def note_other_topics(install: Install, chosen: List[Topic]) -> None:
                   f"--revert --topic {topic.name}")
 
 
-@contextlib.contextmanager
-def locked(install: Install) -> Iterator[None]:
-    """One apply or revert at a time per install: an flock on site-packages."""
-    handle = os.open(install.site, os.O_RDONLY)
-    try:
+class InstallMode:
+    """The driver's view of an installed torch (driver.Mode)."""
+
+    def __init__(self, install: Install) -> None:
+        self.install = install
+
+    def status(self, topic: Topic, named: bool) -> int:
+        return cmd_status(self.install.for_topic(topic), named)
+
+    def apply(self, topic: Topic, check: bool, named: bool) -> int:
+        return cmd_apply(self.install.for_topic(topic), check, named)
+
+    def revert(self, topic: Topic, check: bool, named: bool) -> int:
+        return cmd_revert(self.install.for_topic(topic), check, named)
+
+    def series_for(self, topic: Topic) -> Optional[Series]:
+        return inspect(self.install.for_topic(topic)).series
+
+    def session(self) -> ContextManager[None]:
+        return locked(self.install.site)
+
+    def is_applied(self, topic: Topic) -> bool:
+        return inspect(self.install.for_topic(topic)).state == "patched"
+
+    def after_revert(self, chosen: List[Topic], named: bool) -> None:
+        if not named:
+            note_other_topics(self.install, chosen)
+
+    def interrupted(self) -> Optional[str]:
+        return ("interrupted: any file already written was restored; "
+                "--status tells where the install stands")
+
+    def failed(self, command: str, topic: Optional[Topic]) -> Optional[str]:
+        if command not in ("apply", "revert"):
+            return None
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"waiting for another apply.sh run on {install.site} ...",
-                  file=sys.stderr, flush=True)
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(handle)
+            state = inspect(find_install(topic)).state
+        except (OSError, Refused):
+            state = "unknown"
+        return {"pristine": "the install is pristine: nothing was changed",
+                "patched": "the install is patched",
+                "interrupted": "the run stopped part-way: rerun once the cause is "
+                "fixed, or --revert, to finish or roll it back"}.get(
+                    state, f"the install is {state}: see --status")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="apply.sh", add_help=False)
-    parser.add_argument("command", choices=["apply", "revert", "status", "overlay"])
-    parser.add_argument("--check", action="store_true")
-    parser.add_argument("--base")
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--from-install", action="store_true")
-    parser.add_argument("--cache", type=Path)
-    parser.add_argument("--topic", action="append")
-    args = parser.parse_args(argv)
-    current: Optional[Topic] = None
-    try:
-        # --status without --topic shows every topic; the other commands act
-        # on the default topics unless told.
-        chosen = select_topics(["all"] if args.command == "status" and not args.topic
-                               else args.topic)
-        if args.command == "overlay":
-            return cmd_overlay(args.base, args.out, args.from_install, args.cache, chosen)
-        install = find_install()
-        if args.command == "status":
-            results = []
-            for number, topic in enumerate(chosen):
-                if number:
-                    print()
-                results.append(cmd_status(install.for_topic(topic), named=bool(args.topic)))
-            return max(results)
-        command = cmd_apply if args.command == "apply" else cmd_revert
-        with locked(install):
-            if len(chosen) > 1:
-                refuse_shared_files([series for series in (
-                    inspect(install.for_topic(topic)).series for topic in chosen)
-                    if series is not None])
-            named = bool(args.topic)
-            if len(chosen) > 1 and not args.check:
-                # Every topic is checked before any is written: a refusal
-                # for the second leaves the first unapplied too. The refused
-                # topic's lines are shown with its error.
-                for topic in chosen:
-                    captured = io.StringIO()
-                    try:
-                        with contextlib.redirect_stdout(captured):
-                            command(install.for_topic(topic), True, named)
-                    except Refused:
-                        sys.stdout.write(captured.getvalue())
-                        raise
-            result = 0
-            applied_here: List[Topic] = []
-            try:
-                for topic in chosen:
-                    current = topic
-                    before = inspect(install.for_topic(topic)).state
-                    result = max(result, command(install.for_topic(topic), args.check, named))
-                    if (args.command == "apply" and not args.check and before != "patched"
-                            and inspect(install.for_topic(topic)).state == "patched"):
-                        applied_here.append(topic)
-            except BaseException:
-                # A failure the pre-check could not foresee (disk full, an
-                # I/O error) in one topic: take back the topics this run
-                # applied before it, so that the install is as it was.
-                for topic in reversed(applied_here):
-                    with contextlib.redirect_stdout(io.StringIO()):
-                        cmd_revert(install.for_topic(topic), False)
-                    print(f"took back topic {topic.name}, applied earlier in this run",
-                          file=sys.stderr)
-                raise
-            if args.command == "revert" and not args.topic:
-                note_other_topics(install, chosen)
-            return result
-    except Refused as problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted: any file already written was restored; "
-              "--status tells where the install stands", file=sys.stderr)
-        return 130
-    except OSError as problem:
-        # Disk full, a permission the pre-check could not foresee, an I/O
-        # error: say what failed and where the install stands now.
-        print(f"error: {problem}", file=sys.stderr)
-        if args.command in ("apply", "revert"):
-            try:
-                state = inspect(find_install(current)).state
-            except (OSError, Refused):
-                state = "unknown"
-            hint = {"pristine": "the install is pristine: nothing was changed",
-                    "patched": "the install is patched",
-                    "interrupted": "the run stopped part-way: rerun once the cause is "
-                    "fixed, or --revert, to finish or roll it back"}.get(
-                        state, f"the install is {state}: see --status")
-            print(hint, file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def open_install(chosen: List[Topic]) -> InstallMode:
+    return InstallMode(find_install())

@@ -1,7 +1,7 @@
 """Read a pytest --junitxml report for scripts/test.sh and run-upstream-tests.sh.
 
-Usage: python3 scripts/junit_summary.py REPORT.xml --by-suite [--expect-stock VERSION]
-       python3 scripts/junit_summary.py --compare STOCK.xml PATCHED.xml
+Usage: python3 test/harness/junit_summary.py REPORT.xml --by-suite [--expect-stock VERSION]
+       python3 test/harness/junit_summary.py --compare STOCK.xml PATCHED.xml
 
 --by-suite prints one "file|N passed, N failed, N expected-fail|verdict" line
 per test file of the report. Without --expect-stock every test must pass;
@@ -21,7 +21,7 @@ import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "test" / "dynamo"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "dynamo"))
 
 
 def by_test(report: str) -> dict[str, str]:

@@ -1,8 +1,8 @@
 """The series model that every path uses: bases, their patches, what each
 patch touches, and whether a patch is whole.
 
-An installed wheel (pregrad_wheel.py), a checkout (pregrad_checkout.py), the
-overlay, scripts/check-patches and the tests all read a series through
+An installed wheel (wheel_mode.py), a checkout (checkout_mode.py), the
+overlay (overlay.py), scripts/check-patches and the tests all read a series through
 `load_series`, which refuses a patch that is not whole before anything is
 written: a file section missing from what the diffstat announces, a hunk cut
 short, a line count that does not add up, a path outside `torch/`. Applying
@@ -26,7 +26,10 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Dict, List, Mapping, Optional, Tuple
 
-REPO = Path(__file__).resolve().parent.parent
+PACKAGE = Path(__file__).resolve().parent
+# A clone keeps patches/ beside the package; the installed package carries
+# them inside (setup.cfg maps patches/ to torch_backport/patches).
+REPO = PACKAGE if (PACKAGE / "patches").is_dir() else PACKAGE.parent
 PATCHES = REPO / "patches"
 # Every file a series may touch lives under one of these (relative, no "..").
 ALLOWED_ROOTS = ("torch/",)
@@ -134,8 +137,10 @@ def topics() -> List[Topic]:
     return found
 
 
-def default_topic() -> Topic:
-    """The primary topic: what --topic means when it is not given."""
+def primary_topic() -> Topic:
+    """The original topic (patches/<base>/ itself), which keeps the state
+    directory and wording it had before there were topics. Not the same as
+    the default topics, `select_topics(None)`: every topic marked default."""
     return next(topic for topic in topics() if topic.primary)
 
 
@@ -178,8 +183,8 @@ class Series:
 
 
 def supported_bases(topic: Optional[Topic] = None) -> List[str]:
-    """The bases that have a series for `topic` (the default topic if None)."""
-    chosen = topic or default_topic()
+    """The bases that have a series for `topic` (the primary topic if None)."""
+    chosen = topic or primary_topic()
 
     def key(name: str) -> Tuple[int, ...]:
         return tuple(int(part) for part in re.findall(r"\d+", name))
@@ -317,7 +322,7 @@ def parse_file_section(where: str, path: str, body: List[str]
 
 
 def load_series(base: str, topic: Optional[Topic] = None) -> Series:
-    topic = topic or default_topic()
+    topic = topic or primary_topic()
     directory = topic.directory(base)
     series_file = directory / "series"
     if not series_file.is_file():
@@ -430,6 +435,15 @@ def pristine_table(series: Series) -> Dict[str, Tuple[str, str]]:
             path, blob, digest = line.split("\t")
             result[path] = (blob, digest)
     return result
+
+
+def pristine_sha256(series: Series) -> Dict[str, str]:
+    """path -> sha256 (hex) of the base's pristine file (pristine.tsv)."""
+    return {path: row[1] for path, row in pristine_table(series).items()}
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def pristine_blobs(series: Series) -> Dict[str, str]:

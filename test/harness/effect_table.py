@@ -1,6 +1,6 @@
 """Print show_effect.py reports of several torch builds side by side.
 
-Usage: python3 scripts/effect_table.py LABEL=REPORT.json [LABEL=REPORT.json ...]
+Usage: python3 test/harness/effect_table.py LABEL=REPORT.json [LABEL=REPORT.json ...]
 """
 
 from __future__ import annotations

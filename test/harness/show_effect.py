@@ -1,6 +1,6 @@
 """Compile a small model cold, then warm, and report what Inductor did.
 
-Usage: PY scripts/show_effect.py     (prints one JSON report as its last line)
+Usage: PY test/harness/show_effect.py     (prints one JSON report as its last line)
 
 Runs under the interpreter whose torch is being shown. For each scenario
 (no custom pre-grad pass; a pass with a uuid; a pass without one) it trains
@@ -9,7 +9,7 @@ one step of a small MLP with torch.compile against an empty cache directory
 ran its pre-grad passes and the AOTAutograd / FX graph cache hits, misses and
 bypasses. A last scenario is the results fix: a conv -> BatchNorm module
 compiled for CPU inference with freezing through compile_fx, compared with
-eager (freezing bypasses the AOTAutogradCache). scripts/effect_table.py prints the reports of several torch builds
+eager (freezing bypasses the AOTAutogradCache). test/harness/effect_table.py prints the reports of several torch builds
 side by side.
 """
 
@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "test" / "dynamo"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "dynamo"))
 
 import torch  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402

@@ -1,39 +1,34 @@
-"""Apply, check, inspect and revert the backport series in a PyTorch git checkout.
+"""A PyTorch git checkout: apply, check, inspect and revert each topic's
+series as commits.
 
-Called by scripts/apply.sh CHECKOUT. Works through git only (`git am -3`,
-`git apply --3way`, `git revert`, `git patch-id`); never imports torch.
-
-Exit codes: 0 done or nothing to do, 1 refused or failed (nothing changed),
-2 usage.
+Works through git only (`git am -3`, `git apply --3way`, `git revert`,
+`git patch-id`); never imports torch. History is read once per command
+(`History`), down to where the touched files were a base's.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import io
 import os
 import re
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, IO, List, Optional, Set
+from typing import Callable, ContextManager, Dict, IO, List, Optional, Set, Tuple
 
-from pregrad_series import (
+from torch_backport.series import (
     apply_each,
     load_series,
+    Patch,
     pristine_blobs,
     Refused,
-    refuse_shared_files,
-    select_topics,
     Series,
     supported_bases,
     Topic,
     topic_files,
 )
-from pregrad_wheel import step
+from torch_backport.fsio import step
 
 MARKERS = ["torch/_inductor/config.py", "torch/_functorch/aot_autograd.py"]
 
@@ -343,12 +338,6 @@ def series_patch_ids(checkout: Path, series: Series) -> Dict[str, str]:
     return {patch.name: line.split()[0] for patch, line in zip(series.patches, out)}
 
 
-def patch_subject(patch: Path) -> str:
-    header = patch.read_text().split("\n\n", 1)[0]
-    match = re.search(r"^Subject: (?:\[PATCH[^\]]*\] )?(.*(?:\n .*)*)", header, re.MULTILINE)
-    return match.group(1).replace("\n ", " ") if match else ""
-
-
 def find_series_commits(history: History, series: Series,
                         exact: Optional[List[str]] = None) -> Dict[str, Optional[str]]:
     """patch file name -> the newest commit in HEAD's history that applied it,
@@ -368,7 +357,7 @@ def find_series_commits(history: History, series: Series,
     forwards = series_patch_ids(checkout, series)
     for patch in series.patches:
         text = patch.read_text()
-        subject = patch_subject(patch)
+        subject = patch.subject
         origin = re.search(r"^Origin: .*$", text, re.MULTILINE)
         by_subject = [commit for commit in commits
                       if commit.message.split("\n", 1)[0] == subject
@@ -506,7 +495,7 @@ def cmd_apply(history: History, check: bool, commit: bool, topic: Topic,
     return apply_staged(checkout, todo)
 
 
-def check_apply(checkout: Path, base: Base, todo: List[Path]) -> int:
+def check_apply(checkout: Path, base: Base, todo: List[Patch]) -> int:
     """Apply into a throw-away index: HEAD, the index and the tree stay untouched."""
     with tempfile.TemporaryDirectory(prefix="pregrad-check-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
@@ -535,7 +524,7 @@ def check_apply(checkout: Path, base: Base, todo: List[Path]) -> int:
     return 0
 
 
-def apply_as_commits(checkout: Path, todo: List[Path]) -> int:
+def apply_as_commits(checkout: Path, todo: List[Patch]) -> int:
     """`git am -3` one patch at a time: a run killed between two patches leaves
     a clean tree with a prefix of the series, which --status reports and the
     next apply finishes (or --revert removes)."""
@@ -566,7 +555,7 @@ def apply_as_commits(checkout: Path, todo: List[Path]) -> int:
     return 0
 
 
-def apply_staged(checkout: Path, todo: List[Path]) -> int:
+def apply_staged(checkout: Path, todo: List[Patch]) -> int:
     for patch in todo:
         result = git(checkout, "apply", "--index", "--3way", str(patch), check=False)
         if result.returncode != 0:
@@ -623,7 +612,7 @@ def cmd_revert(history: History, check: bool, topic: Topic) -> int:
     return 0
 
 
-def check_revert(checkout: Path, commits: List[tuple]) -> int:
+def check_revert(checkout: Path, commits: List[Tuple[str, str]]) -> int:
     """Reverse-apply each commit into a throw-away index, newest first."""
     with tempfile.TemporaryDirectory(prefix="pregrad-check-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
@@ -647,73 +636,51 @@ def check_revert(checkout: Path, commits: List[tuple]) -> int:
     return 0
 
 
-def refuse_topics_sharing_files(history: History, chosen: List[Topic]) -> None:
-    """Refuse, before any git step, topics whose series for this checkout
-    patch the same file: they could not be applied or reverted on their own."""
-    every = []
-    for topic in chosen:
+class CheckoutMode:
+    """The driver's view of a checkout (driver.Mode). A run that fails part
+    way is not taken back: its commits are whole, and the next run finishes."""
+
+    def __init__(self, history: History, commit: bool) -> None:
+        self.history = history
+        self.commit = commit
+
+    def status(self, topic: Topic, named: bool) -> int:
+        return cmd_status(self.history, topic, named)
+
+    def apply(self, topic: Topic, check: bool, named: bool) -> int:
+        # The silent pre-check runs with check=True, which never commits.
+        return cmd_apply(self.history, check, self.commit, topic, named)
+
+    def revert(self, topic: Topic, check: bool, named: bool) -> int:
+        return cmd_revert(self.history, check, topic)
+
+    def series_for(self, topic: Topic) -> Optional[Series]:
         try:
-            every.append(identify_base(history, topic).series)
+            return identify_base(self.history, topic).series
         except Refused:
-            continue  # no series for this tree: the topic's own run says so
-    refuse_shared_files(every)
+            return None  # no series for this tree: the topic's own run says so
+
+    def session(self) -> ContextManager[None]:
+        return contextlib.nullcontext()
+
+    def is_applied(self, topic: Topic) -> bool:
+        return False
+
+    def after_revert(self, chosen: List[Topic], named: bool) -> None:
+        pass
+
+    def interrupted(self) -> Optional[str]:
+        return None
+
+    def failed(self, command: str, topic: Optional[Topic]) -> Optional[str]:
+        return None
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="apply.sh CHECKOUT", add_help=False)
-    parser.add_argument("command", choices=["apply", "revert", "status"])
-    parser.add_argument("checkout", type=Path)
-    parser.add_argument("--check", action="store_true")
-    parser.add_argument("--no-commit", action="store_true")
-    parser.add_argument("--topic", action="append")
-    args = parser.parse_args(argv)
-    checkout = args.checkout.resolve()
-    try:
-        # --status without --topic shows every topic; apply and --revert act
-        # on the default topics unless told.
-        chosen = select_topics(["all"] if args.command == "status" and not args.topic
-                               else args.topic)
+def open_checkout(checkout: Path, command: str, commit: bool
+                  ) -> Callable[[List[Topic]], CheckoutMode]:
+    def open_mode(chosen: List[Topic]) -> CheckoutMode:
         require_checkout(checkout)
-        if args.command != "status":
+        if command != "status":
             require_quiet(checkout)
-        history = History(checkout, chosen)
-        if args.command == "status":
-            results = []
-            for number, topic in enumerate(chosen):
-                if number:
-                    print()
-                results.append(cmd_status(history, topic, named=bool(args.topic)))
-            return max(results)
-        if len(chosen) > 1:
-            refuse_topics_sharing_files(history, chosen)
-        named = bool(args.topic)
-        if len(chosen) > 1 and not args.check:
-            # Every topic is checked (in a throw-away index) before any is
-            # applied or reverted: a refusal for one changes nothing. Topics
-            # share no file, so applying one leaves the others' history as read.
-            for topic in chosen:
-                captured = io.StringIO()
-                try:
-                    with contextlib.redirect_stdout(captured):
-                        if args.command == "revert":
-                            cmd_revert(history, True, topic)
-                        else:
-                            cmd_apply(history, True, True, topic, named)
-                except Refused:
-                    sys.stdout.write(captured.getvalue())
-                    raise
-        result = 0
-        for topic in chosen:
-            if args.command == "revert":
-                result = max(result, cmd_revert(history, args.check, topic))
-            else:
-                result = max(result, cmd_apply(history, args.check, not args.no_commit, topic,
-                                               named))
-        return result
-    except Refused as problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return CheckoutMode(History(checkout, chosen), commit)
+    return open_mode

@@ -1,0 +1,35 @@
+"""Run torch_backport from its own directory under any Python 3.9+, without
+putting anything on sys.path.
+
+`python3 _launch.py apply ARGS` is scripts/apply.sh; `PY _launch.py engine
+ORDER` runs a parsed request in the target interpreter PY. The package is
+loaded from this file's directory by path, so PY finds its own torch (its
+sys.path, PYTHONPATH included) and never the site-packages this command may
+be installed in.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+
+def load_package() -> None:
+    package = Path(__file__).resolve().parent
+    # Running a file puts its directory first on sys.path: the package's
+    # modules must load as torch_backport.*, not as top-level names.
+    if sys.path and Path(sys.path[0] or ".").resolve() == package:
+        del sys.path[0]
+    if "torch_backport" in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(
+        "torch_backport", package / "__init__.py", submodule_search_locations=[str(package)])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["torch_backport"] = module
+    spec.loader.exec_module(module)
+
+
+if __name__ == "__main__":
+    load_package()
+    from torch_backport import cli
+    sys.exit(cli.launched(sys.argv[1:]))

@@ -1,0 +1,258 @@
+"""The overlay: the patched files of a base at their upstream paths
+(torch/_inductor/..., torch/_functorch/...), generated from the pristine
+release files plus the series, for copying into an image or a vendored tree.
+
+The pristine files come from the interpreter's installed torch (--python PY:
+this module then runs under PY, see _target.py) or from the release wheel,
+downloaded once into the cache and checked against its RECORD. The output
+directory is replaced as a whole or not at all: a journal names every file a
+run may have written, so a killed run leaves a directory the next run can
+replace, and a directory holding anything else is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from torch_backport.fsio import atomic_write, step
+from torch_backport.series import (
+    apply_series,
+    confined,
+    git_blob_id,
+    identify,
+    load_topic_series,
+    pristine_sha256,
+    Refused,
+    refuse_shared_files,
+    release_numbers,
+    Series,
+    sha256_hex,
+    shown,
+    Topic,
+    topic_files,
+    topics,
+)
+from torch_backport.wheel_mode import find_install, inspect, record_digest
+
+JOURNAL = ".overlay-journal"
+
+
+def pristine_from_install(series: Series) -> Dict[str, bytes]:
+    install = find_install(series.topic)
+    status = inspect(install)
+    if status.series is None or status.series.base != series.base:
+        what = (f"the files of {status.series.base}" if status.series is not None
+                and status.identified is not None and status.identified.exact
+                else "files that match no base" if status.series is None
+                else "modified files")
+        raise Refused(f"{sys.executable} has torch {install.version}, with {what}, "
+                      f"not those of {series.base}")
+    if status.state == "pristine":
+        return {rel: install.read(rel) for rel in series.touched}
+    if status.state == "patched":
+        return {rel: (install.state_dir / "orig" / rel).read_bytes() for rel in series.touched}
+    raise Refused(f"torch in {install.site} is {status.state}; need pristine or patched files")
+
+
+def pristine_from_wheel(series: Series, cache: Path,
+                        version: Optional[str] = None) -> Dict[str, bytes]:
+    """The files `series` touches, from the wheel of torch `version` (the
+    base's own release if None), checked against that wheel's RECORD."""
+    return release_files_from_wheel(version or series.version, series.touched, cache)
+
+
+def release_files_from_wheel(version: str, paths: List[str], cache: Path) -> Dict[str, bytes]:
+    wheels = cache / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    candidates = wheel_files(wheels, version)
+    if not candidates:
+        print(f"downloading the torch {version} wheel into {wheels} "
+              "(about 530 MB; pip shows progress) ...", file=sys.stderr, flush=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+             "--python-version", f"{sys.version_info.major}.{sys.version_info.minor}",
+             "-d", str(wheels), f"torch=={version}"],
+            check=True,
+        )
+        candidates = wheel_files(wheels, version)
+    if not candidates:
+        raise Refused(f"pip did not produce a torch {version} wheel in {wheels}")
+    with zipfile.ZipFile(candidates[0]) as wheel:
+        # A local build tag (2.13.0+cpu) names the dist-info directory too.
+        record_name = next(name for name in wheel.namelist()
+                           if re.fullmatch(r"torch-[^/]+\.dist-info/RECORD", name))
+        record: Dict[str, str] = {}
+        for line in wheel.read(record_name).decode().splitlines():
+            path, digest, _size = line.rsplit(",", 2)
+            if digest.startswith("sha256="):
+                record[path] = digest[len("sha256="):]
+        names = set(wheel.namelist())
+        files = {rel: wheel.read(rel) for rel in paths if rel in names}
+    for rel, data in files.items():
+        if record_digest(data) != record.get(rel):
+            raise Refused(f"{candidates[0]}: {rel} does not match the wheel's RECORD")
+    return files
+
+
+def wheel_files(wheels: Path, version: str) -> List[Path]:
+    """Cached wheels of torch `version`, with or without a local build tag."""
+    return sorted([*wheels.glob(f"torch-{version}-*.whl"),
+                   *wheels.glob(f"torch-{version}+*.whl")])
+
+
+def overlay_series(name: str, chosen: List[Topic], from_install: bool,
+                   cache: Path) -> tuple[List[Series], Optional[str]]:
+    """The series an overlay of `name` is made from, and the release whose
+    files it starts from when that is not the base's own: a base names its
+    own series (v2.11.0); any other release (2.12.1, v2.14.0) gets, for each
+    topic, the series whose pristine files that release holds byte for byte."""
+    if all((topic.directory(name) / "series").is_file() for topic in chosen):
+        return load_topic_series(name, chosen), None
+    version = name[1:] if name.startswith("v") else name
+    if not release_numbers(version):
+        raise Refused(f"--overlay {name}: not a base or a torch release (e.g. v2.11.0, 2.12.1)")
+    paths = sorted({rel for topic in chosen for rel in topic_files(topic)})
+    if from_install:
+        install = find_install()
+        if release_numbers(install.version) != release_numbers(version):
+            raise Refused(f"{sys.executable} has torch {install.version}, not {version}")
+        blobs = {rel: install.blob(rel) for rel in paths}
+    else:
+        files = release_files_from_wheel(version, paths, cache)
+        blobs = {rel: git_blob_id(files[rel]) if rel in files else None for rel in paths}
+    every = []
+    for topic in chosen:
+        found = identify(topic, blobs, version)
+        if found.series is None or found.how != "pristine":
+            what = "" if topic.primary else f" of topic {topic.name}"
+            raise Refused(f"torch {version}: no series{what} matches its files"
+                          + (f" ({found.reason()})" if found.series else "")
+                          + "; nothing was written")
+        print(f"torch {version}: {found.reason()}: using {shown(found.series.directory)}")
+        every.append(found.series)
+    refuse_shared_files(every)
+    return every, version
+
+
+def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path,
+                chosen: List[Topic]) -> int:
+    every, release = overlay_series(base, chosen, from_install, cache)
+    series = every[0]
+    pristine: Dict[str, bytes] = {}
+    patched: Dict[str, bytes] = {}
+    for part in every:
+        if from_install:
+            files = pristine_from_install(part)
+            source = f"installed torch of {sys.executable}"
+        else:
+            files = pristine_from_wheel(part, cache, release)
+            source = f"torch {release or part.version} wheel from the package index"
+        for rel, data in files.items():
+            expected = pristine_sha256(part).get(rel)
+            if expected is not None and sha256_hex(data) != expected:
+                raise Refused(f"{rel} from the {source} differs from "
+                              f"{part.directory}/pristine.tsv")
+        pristine.update(files)
+        patched.update(apply_series(files, part))
+    touched = sorted(patched)
+    out.mkdir(parents=True, exist_ok=True)
+    previous = previous_overlay_files(out)
+    for stale in [*(p for p in out.glob(".overlay-*") if p.name != JOURNAL),
+                  out / f".{JOURNAL}.pregrad-tmp"]:
+        if stale.exists():  # left by a killed run
+            step(stale)
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+    staging = Path(tempfile.mkdtemp(prefix=".overlay-", dir=out))
+    new_files = [*touched, "SHA256SUMS", "STAMP"]
+    try:
+        for rel, data in patched.items():
+            step(staging / rel)
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+            (staging / rel).write_bytes(data)
+        sums = "".join(f"{sha256_hex(patched[rel])}  {rel}\n" for rel in touched)
+        step(staging / "SHA256SUMS")
+        (staging / "SHA256SUMS").write_text(sums)
+        stamp = [f"base: {series.base}"] + ([f"release: {release}"] if release else [])
+        stamp += [f"source: {source}"]
+        if [part.topic for part in every] != [topic for topic in topics()
+                                              if topic.applied == "default"]:
+            stamp += ["topics: " + " ".join(part.topic.name for part in every)]
+        stamp += ["series:"]
+        stamp += [f"  {sha256_hex(p.read_bytes())}  {shown(p.path)}"
+                  for part in every for p in part.patches]
+        stamp += ["pristine:"]
+        stamp += [f"  {sha256_hex(pristine[rel])}  {rel}" for rel in touched]
+        stamp += ["patched (also in SHA256SUMS):"]
+        stamp += [f"  {sha256_hex(patched[rel])}  {rel}" for rel in touched]
+        step(staging / "STAMP")
+        (staging / "STAMP").write_text("\n".join(stamp) + "\n")
+        # Until the journal is removed, every file it names counts as ours: a
+        # run killed while swapping files leaves a directory the next run can
+        # replace.
+        journal = sorted(set(previous) | set(new_files))
+        step(out / JOURNAL)
+        atomic_write(out / JOURNAL, "".join(f"{rel}\n" for rel in journal).encode(), 0o644)
+        for rel in previous:
+            step(out / rel)
+            (out / rel).unlink()
+        for directory in sorted({(out / rel).parent for rel in previous}, reverse=True):
+            while directory != out and directory.is_dir() and not any(directory.iterdir()):
+                directory.rmdir()
+                directory = directory.parent
+        for rel in new_files:
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            step(out / rel)
+            os.replace(staging / rel, out / rel)
+        step(out / JOURNAL)
+        (out / JOURNAL).unlink()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    for rel in touched:
+        print(f"  {out / rel}")
+    names = "" if len(every) == 1 and series.topic.primary else (
+        " (topics: " + ", ".join(part.topic.name for part in every) + ")")
+    what = f"torch {release} (base {series.base})" if release else series.base
+    print(f"overlay for {what}{names} written to {out} "
+          f"(verify: cd {out} && sha256sum -c SHA256SUMS)")
+    return 0
+
+
+def previous_overlay_files(out: Path) -> List[str]:
+    """The files of an overlay generated here before, which may be replaced.
+    Anything else in `out` (an installed torch, say) makes us refuse, and so
+    does a listed path that would lead outside `out`."""
+    listed: List[str] = []
+    sums, journal = out / "SHA256SUMS", out / JOURNAL
+    if sums.is_file() and (out / "STAMP").is_file():
+        listed += [line.split("  ", 1)[1] for line in sums.read_text().splitlines()
+                   if "  " in line]
+    if journal.is_file():
+        listed += [line for line in journal.read_text().splitlines() if line]
+    outside = [rel for rel in listed
+               if not (confined(rel) or rel in ("SHA256SUMS", "STAMP"))
+               or not (out / rel).resolve().is_relative_to(out.resolve())]
+    if outside:
+        raise Refused(
+            f"{sums if sums.is_file() else journal} names {outside[0]!r}, which is not a "
+            f"file under torch/ inside {out}; nothing was written or deleted. Remove that "
+            "line, or name a new directory")
+    ours = (set(listed) | ({"SHA256SUMS", "STAMP"} if listed else set())
+            | {"README.md", JOURNAL, f".{JOURNAL}.pregrad-tmp"})
+    foreign = [str(path.relative_to(out)) for path in sorted(out.rglob("*"))
+               if path.is_file() and str(path.relative_to(out)) not in ours
+               and not path.relative_to(out).parts[0].startswith(".overlay-")]
+    if foreign:
+        raise Refused(
+            f"{out} holds files that this script did not generate (e.g. {foreign[0]}, "
+            f"{len(foreign)} in all); nothing was written. Name an empty or new "
+            "directory, or one holding an earlier overlay"
+        )
+    return sorted({rel for rel in listed if (out / rel).is_file()})

@@ -33,7 +33,8 @@ case "${1:-}" in -h|--help) usage; exit 0 ;; esac
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 scripts="$repo/scripts"
-cache="${PREGRAD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pregrad-backport}"
+source "$scripts/common.sh"
+cache="$pregrad_cache"
 
 warm_only=0 quick=0 repeats="" out="" bench_args=() bench_only=()
 while [ $# -gt 0 ]; do

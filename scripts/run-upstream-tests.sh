@@ -74,7 +74,8 @@ if ! "$python" -m pytest --version >/dev/null 2>&1; then
 fi
 
 # The stock/patched switch is the default topic's; opt-in topics stay as they are.
-default_topic="$(awk -F'\t' '!/^#/ && $2 == "." {print $1}' "$here/../patches/topics.tsv")"
+source "$here/common.sh"
+default_topic="$(pregrad_primary_topic)"
 state_of() { "$here/apply.sh" --python "$python" --status --topic "$default_topic" | tail -n 1 | cut -d: -f1; }
 initial="$(state_of)" || true
 case "$initial" in

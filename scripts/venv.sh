@@ -3,15 +3,19 @@
 #        scripts/venv.sh VERSION --patched-copy NAME [-- APPLY_ARGS...]
 #        scripts/venv.sh --help
 #
-# Makes sure a virtual environment with torch==VERSION and the test
-# requirements (requirements/test.txt) exists at $PREGRAD_CACHE/venvs/NAME
-# (NAME defaults to torch-VERSION) and prints the path of its python as the
-# last line of output. An environment that finished installing is reused; one
-# whose install was interrupted is rebuilt. The first install downloads about
-# 4.6 GB (torch and its CUDA libraries; they run on the CPU too); pip's cache
-# makes later ones local. Files of 1 MB or more that another venv under
-# $PREGRAD_CACHE/venvs holds byte for byte are then hard-linked to it
-# (util-linux's hardlink, if present): nine releases take about 24 GB, not 42.
+# Makes sure a virtual environment with torch==VERSION, the test
+# requirements (requirements/test.txt) and the torchao release that
+# test/torchao.tsv pins for VERSION (pip install --no-deps; no torchao where
+# the file says "none") exists at $PREGRAD_CACHE/venvs/NAME (NAME defaults to
+# torch-VERSION) and prints the path of its python as the last line of
+# output. An environment that finished installing is reused; one whose
+# install was interrupted is rebuilt; one made with other test requirements
+# or another torchao pin gets those, keeping its torch (the ready stamp
+# names all three). The first install downloads about 4.6 GB (torch and its
+# CUDA libraries; they run on the CPU too); pip's cache makes later ones
+# local. Files of 1 MB or more that another venv under $PREGRAD_CACHE/venvs
+# holds byte for byte are then hard-linked to it (util-linux's hardlink, if
+# present): nine releases take about 27 GB, not 42.
 #
 # --patched-copy NAME makes sure the stock venv torch-VERSION exists, then
 # makes NAME afresh as a hard-linked copy of it (a few MB, under a second)
@@ -25,6 +29,9 @@
 # Exit codes: 0 ready; 1 install failed; 2 usage error.
 set -euo pipefail
 
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/common.sh"
+
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 case "${1:-}" in
   -h|--help) usage; exit 0 ;;
@@ -33,10 +40,8 @@ esac
 version="$1"
 if [ "${2:-}" = --patched-copy ]; then
   [ $# -eq 3 ] || [ "${4:-}" = -- ] || { usage >&2; exit 2; }
-  here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
   stock="$("$here/venv.sh" "$version" | tail -n 1)"
-  cache="${PREGRAD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pregrad-backport}"
-  copy="$cache/venvs/$3"
+  copy="$pregrad_cache/venvs/$3"
   rm -rf "$copy"
   cp -al "$(dirname "$(dirname "$stock")")" "$copy"
   "$here/apply.sh" --python "$copy/bin/python" "${@:5}" >&2
@@ -46,12 +51,24 @@ fi
 name="${2:-torch-$version}"
 [ $# -le 2 ] || { usage >&2; exit 2; }
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cache="${PREGRAD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pregrad-backport}"
+repo="$(dirname "$here")"
+cache="$pregrad_cache"
 venv="$cache/venvs/$name"
 ready="$venv/.pregrad-ready"
 requirements="$repo/requirements/test.txt"
-stamp="torch==$version $(sha256sum "$requirements" | cut -d' ' -f1)"
+# torchao publishes no torch requirement, so pip cannot pick the release that
+# works with a torch: test/torchao.tsv names it (release, version or none).
+torchao="$(awk -F'\t' -v release="$version" '!/^#/ && $1 == release {print $2}' "$repo/test/torchao.tsv")"
+torchao="${torchao:-none}"
+stamp="torch==$version $(sha256sum "$requirements" | cut -d' ' -f1) torchao==$torchao"
+
+install_torchao() {  # the pin, or no torchao at all where the pin is none
+  if [ "$torchao" != none ]; then
+    "$venv/bin/python" -m pip install --disable-pip-version-check --no-deps "torchao==$torchao" >&2
+  elif "$venv/bin/python" -m pip show torchao >/dev/null 2>&1; then
+    "$venv/bin/python" -m pip uninstall --disable-pip-version-check -y torchao >&2
+  fi
+}
 
 mkdir -p "$cache/venvs"
 exec 9>"$venv.lock"
@@ -63,10 +80,11 @@ if [ -f "$ready" ] && [ "$(cat "$ready")" = "$stamp" ]; then
   exit 0
 fi
 if [ -f "$ready" ] && [ "$(cut -d' ' -f1 "$ready")" = "torch==$version" ]; then
-  # Same torch, other test requirements: install those, keep the 4.6 GB.
-  echo "venv: updating the test requirements in $venv" >&2
+  # Same torch, other test requirements or torchao pin: install those, keep the 4.6 GB.
+  echo "venv: updating the test requirements and torchao ($torchao) in $venv" >&2
   rm -f "$ready"
-  if "$venv/bin/python" -m pip install --disable-pip-version-check -r "$requirements" >&2; then
+  if "$venv/bin/python" -m pip install --disable-pip-version-check -r "$requirements" >&2 \
+     && install_torchao; then
     echo "$stamp" > "$ready"
     echo "$venv/bin/python"
     exit 0
@@ -78,10 +96,10 @@ started=$SECONDS
 echo "venv: creating $venv (torch==$version)" >&2
 rm -rf "$venv"
 "${PYTHON:-python3}" -m venv "$venv"
-echo "venv: installing torch==$version and the test requirements; the first time downloads ~4.6 GB ..." >&2
+echo "venv: installing torch==$version, the test requirements and torchao ($torchao); the first time downloads ~4.6 GB ..." >&2
 # pip prints one line per download; its progress bar shows on a terminal.
 if ! "$venv/bin/python" -m pip install --disable-pip-version-check \
-      "torch==$version" -r "$requirements" >&2; then
+      "torch==$version" -r "$requirements" >&2 || ! install_torchao; then
   echo "venv: pip failed installing torch==$version into $venv; rerun to retry" >&2
   exit 1
 fi

@@ -2,7 +2,7 @@
 in site-packages, checked against the wheel's RECORD.
 
 Runs under the interpreter whose torch is the target (`importlib.metadata`
-then reads that install's RECORD; see _target.py). It never imports torch: a
+then reads that install's RECORD; see _launch.py). It never imports torch: a
 half-patched or foreign install must not run before we decide.
 """
 

@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,14 @@ class ScratchTestCase(expecttest.TestCase):
         scratch = tempfile.TemporaryDirectory(prefix=self.scratch_prefix)
         self.addCleanup(scratch.cleanup)
         self.tmp = Path(scratch.name)
+
+
+def copy_project(copy: Path) -> Path:
+    """The clone's commands, product and series (scripts/, torch_backport/,
+    patches/) copied to `copy`, for a test that damages or extends a series."""
+    for part in ("scripts", "torch_backport", "patches"):
+        shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
 
 
 def torch_site(python: str) -> Path:

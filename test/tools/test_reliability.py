@@ -15,7 +15,7 @@ import unittest
 from pathlib import Path
 
 from checkout_repo import make_checkout, site_of
-from fake_install import (make_fake_install, REPO, ScratchTestCase, source_python, STATE_DIRNAME,
+from fake_install import (copy_project, make_fake_install, REPO, ScratchTestCase, source_python, STATE_DIRNAME,
                           STOCK, TOUCHED)
 
 CONFIG = "torch/_inductor/config.py"
@@ -32,11 +32,7 @@ class ReliabilityTest(ScratchTestCase):
     def project_copy(self) -> Path:
         """scripts/, torch_backport/ and patches/ of this project, to damage a
         patch in."""
-        copy = self.tmp / "project"
-        for part in ("scripts", "torch_backport", "patches"):
-            shutil.copytree(REPO / part, copy / part,
-                            ignore=shutil.ignore_patterns("__pycache__"))
-        return copy
+        return copy_project(self.tmp / "project")
 
     def cut_0003_before_config(self, project: Path) -> Path:
         patch = project / "patches" / "v2.11.0" / PATCH_0003
@@ -235,15 +231,17 @@ class ReliabilityTest(ScratchTestCase):
         self.assertTrue(all((out / rel).is_file() for rel in TOUCHED))
 
     def test_readme_table_of_what_can_go_wrong_matches_code_and_tests(self) -> None:
-        """Every message fragment quoted in the README's table is in the
-        scripts, and every test it names exists."""
-        readme = (REPO / "README.md").read_text()
+        """Every message fragment quoted in the docs/what-can-go-wrong.md table
+        is in the product (torch_backport/, scripts/), and every test it names
+        exists."""
+        readme = (REPO / "docs" / "what-can-go-wrong.md").read_text()
         table = readme[readme.index("## What can go wrong"):]
         rows = [line for line in table.splitlines() if line.startswith("| ") and "`test_" in line]
         self.assertGreater(len(rows), 15)
         # Messages are split over adjacent string literals: join them.
         scripts = re.sub(r"[\"']\s*\n\s*[rf]*[\"']", "", "".join(
-            path.read_text() for path in (REPO / "scripts").iterdir() if path.is_file()))
+            path.read_text() for part in ("torch_backport", "scripts")
+            for path in sorted((REPO / part).iterdir()) if path.is_file()))
         tests = "".join(path.read_text() for path in (REPO / "test" / "tools").glob("*.py"))
         for row in rows:
             said = row.split(" | ")[1]
@@ -252,8 +250,8 @@ class ReliabilityTest(ScratchTestCase):
                     piece = piece.strip("… ")
                     if piece:
                         self.assertTrue(piece in scripts,
-                                        f"{piece!r} of the README row {row[:60]!r} is "
-                                        "in no script")
+                                        f"{piece!r} of the docs row {row[:60]!r} is "
+                                        "in no product file")
             for name in re.findall(r"`(test_\w+)`", row.split(" | ")[-1]):
                 self.assertTrue(f"def {name}(" in tests, f"no test {name} in test/tools")
 

@@ -14,7 +14,7 @@ import unittest
 
 import torch_backport.series as model
 from checkout_repo import make_checkout, site_of
-from fake_install import (AUTOCAST, FakeInstall, ISA_PROBE, make_fake_install, REPO,
+from fake_install import (AUTOCAST, copy_project, FakeInstall, ISA_PROBE, make_fake_install,
                           ScratchTestCase, source_python, STATE_DIRNAME, STOCK, TOUCHED, UPSTREAM)
 
 ISA = model.select_topics(["cpu-isa-probe"])[0]
@@ -113,11 +113,9 @@ patched: the series is applied (revert with --revert --topic cpu-isa-probe)
         self.assertEqual(install.snapshot(), before)
 
     def test_topics_that_patch_the_same_file_are_refused_together(self) -> None:
-        # A copy of the scripts whose patches/ gains a topic that patches
+        # A copy of the project whose patches/ gains a topic that patches
         # config.py, as the default topic does.
-        copy = self.tmp / "copy"
-        for name in ("scripts", "patches"):
-            shutil.copytree(REPO / name, copy / name)
+        copy = copy_project(self.tmp / "copy")
         clash = copy / "patches" / "v2.11.0" / "clash"
         clash.mkdir()
         patch = next((copy / "patches" / "v2.11.0").glob("0003-*.patch"))

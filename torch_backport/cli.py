@@ -34,6 +34,7 @@ APPLY_HELP = """\
 Usage: scripts/apply.sh --python PY [--topic T]... [--check | --status | --revert [--check]]
        scripts/apply.sh CHECKOUT [--topic T]... [--check | --no-commit | --status | --revert [--check]]
        scripts/apply.sh --overlay BASE [--topic T]... [--python PY] [--out DIR]
+       scripts/apply.sh --wheel IN --out DIR [--topic T]... [--check]
        scripts/apply.sh --help
 
 Brings torch 2.12's cache-aware pre-grad pass timing
@@ -119,6 +120,24 @@ PyTorch checkout or release branch (a git work tree of pytorch/pytorch):
                        refuses, naming the later commits, if they touched the
                        same lines (HEAD is left where it was)
 
+Patched wheel (a torch wheel with the series in it, to pin by hash):
+  --wheel IN           IN is a torch wheel file, or torch==X for the release
+                       wheel (downloaded once into the cache). Checks every
+                       file of IN against its RECORD, applies each topic's
+                       series (chosen by content, post-image blobs checked, as
+                       on an install), and writes to DIR the same wheel with
+                       version X+pregrad.g<10 hex> (a PEP 440 local label that
+                       names the series; torch==X requirements accept it), a
+                       new RECORD and dist-info name, and the same bytes every
+                       time. A refused IN (a file that does not match RECORD,
+                       a release without a series, not a torch wheel) writes
+                       nothing. An install made from it shows as "installed
+                       from a patched wheel" in --status. Needs PyPA's wheel
+                       and packaging: without them in python3, they are
+                       installed once into a venv in the cache.
+  --out DIR            where the wheel goes (required)
+  --check              check IN and the series; write nothing
+
 Overlay (the patched files of a base at their upstream paths, for copying
 into an image or a vendored tree; see overlay/README.md):
   --overlay BASE       generate overlay/ for BASE (e.g. v2.11.0) from the
@@ -137,7 +156,7 @@ other than the default: patches/<base>/<topic>/series). Releases served:
 Requirements: git, Python 3.9 or later for PY, and python3 on PATH (it reads
 these arguments, and runs CHECKOUT mode and --overlay without --python).
 Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport)
-holds downloaded wheels.
+holds downloaded wheels (and the venv with PyPA's wheel for --wheel).
 Exit codes: 0 done or nothing to do; 1 refused or failed (nothing changed);
 2 usage error; 130 interrupted (Ctrl-C; --status tells where it stands).
 """  # noqa: E501  (the help is printed as written)
@@ -154,7 +173,7 @@ installed wheel, to apply the series to a PyTorch checkout, or to write an
 overlay.
 `torch-backport apply --help` lists ARGS.
 
-Without --python PY, a CHECKOUT or --overlay among ARGS, `apply` adds
+Without --python PY, a CHECKOUT, --overlay or --wheel among ARGS, `apply` adds
   --python {python}
 the interpreter this command is installed into, so it patches the torch next
 to it. --overlay needs --out DIR: its default, overlay/ beside the scripts,
@@ -178,12 +197,13 @@ class Failed(Exception):
 @dataclasses.dataclass
 class Request:
     """What the arguments ask for, after every mode rule."""
-    command: str  # apply | status | revert | overlay
+    command: str  # apply | status | revert | overlay | wheel
     check: bool = False
     python: Optional[str] = None
     checkout: Optional[str] = None
     no_commit: bool = False
     overlay_base: Optional[str] = None
+    wheel: Optional[str] = None
     out: Optional[str] = None
     topics: List[str] = dataclasses.field(default_factory=list)
     helping: bool = False
@@ -195,6 +215,7 @@ NEEDS = {
     "--overlay": "--overlay needs a base, e.g. v2.11.0",
     "--out": "--out needs a directory",
     "--topic": "--topic needs a topic name (or all)",
+    "--wheel": "--wheel needs a torch wheel file or torch==X",
 }
 
 
@@ -204,7 +225,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _SetMode(argparse.Action):
-    """--status, --revert and --overlay BASE: one of them at most."""
+    """--status, --revert, --overlay BASE and --wheel IN: one of them at most."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: Optional[str] = None) -> None:
@@ -216,26 +237,31 @@ class _SetMode(argparse.Action):
         namespace.command = wanted
         if wanted == "overlay":
             namespace.overlay_base = values
+        if wanted == "wheel":
+            namespace.wheel = values
 
 
 def _parser() -> _Parser:
     parser = _Parser(prog="apply.sh", add_help=False, allow_abbrev=False,
                      exit_on_error=False)
-    parser.set_defaults(command="apply", overlay_base=None)
+    parser.set_defaults(command="apply", overlay_base=None, wheel=None)
     parser.add_argument("-h", "--help", dest="helping", action="store_true")
     parser.add_argument("--python")
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--status", action=_SetMode, nargs=0)
     parser.add_argument("--revert", action=_SetMode, nargs=0)
     parser.add_argument("--overlay", action=_SetMode)
+    parser.add_argument("--wheel", action=_SetMode)
     parser.add_argument("--out")
     parser.add_argument("--no-commit", action="store_true")
     parser.add_argument("--topic", dest="topics", action="append", default=[])
     return parser
 
 
-def parse(argv: Sequence[str]) -> Request:
-    """The request `argv` makes, or UsageError naming what is wrong."""
+def parse(argv: Sequence[str], default_python: Optional[str] = None) -> Request:
+    """The request `argv` makes, or UsageError naming what is wrong. With
+    `default_python` (torch-backport), an install is that interpreter's
+    unless --python, a CHECKOUT, --overlay or --wheel says otherwise."""
     try:
         known, rest = _parser().parse_known_args(list(argv))
     except argparse.ArgumentError as problem:
@@ -257,6 +283,9 @@ def parse(argv: Sequence[str]) -> Request:
             from torch_backport.series import topics
             raise UsageError(f"--topic {name!r} names no topic; topics: "
                              + ", ".join(topic.name for topic in topics()) + ", all")
+    if (default_python is not None and request.python is None and request.checkout is None
+            and request.command not in ("overlay", "wheel")):
+        request.python = default_python
     check_mode_rules(request)
     return request
 
@@ -264,7 +293,13 @@ def parse(argv: Sequence[str]) -> Request:
 def check_mode_rules(request: Request) -> None:
     """Which options go with which mode; the first rule broken is named."""
     rules: List[tuple[bool, str]]
-    if request.command == "overlay":
+    if request.command == "wheel":
+        rules = [(request.checkout is not None, "--wheel and CHECKOUT do not go together"),
+                 (request.python is not None, "--wheel and --python do not go together "
+                  "(the wheel is read, not installed)"),
+                 (request.no_commit, "--no-commit goes with a CHECKOUT"),
+                 (request.out is None, "--wheel needs --out DIR")]
+    elif request.command == "overlay":
         rules = [(request.check, "--check does not apply to --overlay"),
                  (request.checkout is not None, "--overlay and CHECKOUT do not go together"),
                  (request.no_commit, "--no-commit goes with a CHECKOUT")]
@@ -303,11 +338,18 @@ def require_python(python: str) -> None:
 
 def execute(request: Request) -> int:
     """Run a parsed request: here, or in the target interpreter."""
+    order: Dict[str, Any]
+    if request.command == "wheel":
+        order = {"engine": "wheel-build", "source": request.wheel, "out": request.out,
+                 "cache": str(cache_dir()), "topics": request.topics,
+                 "check": request.check}
+        if has_pypa():
+            return engine(order)
+        return in_target(pypa_python(cache_dir()), order)
     if request.command == "overlay":
         out = Path(request.out) if request.out else REPO / "overlay"
-        order: Dict[str, Any] = {"engine": "overlay", "base": request.overlay_base,
-                                 "out": str(out), "cache": str(cache_dir()),
-                                 "topics": request.topics}
+        order = {"engine": "overlay", "base": request.overlay_base, "out": str(out),
+                 "cache": str(cache_dir()), "topics": request.topics}
         if request.python is not None:
             require_python(request.python)
             return in_target(request.python, dict(order, from_install=True))
@@ -326,6 +368,34 @@ def execute(request: Request) -> int:
                                       "check": request.check, "topics": request.topics})
 
 
+# PyPA's wheel and packaging, for --wheel where python3 lacks them.
+PYPA = ("wheel==0.48.0", "packaging==26.4")
+
+
+def has_pypa() -> bool:
+    import importlib.util
+    return all(importlib.util.find_spec(name) is not None for name in ("wheel", "packaging"))
+
+
+def pypa_python(cache: Path) -> str:
+    """A venv in the cache with PyPA's wheel and packaging, made once."""
+    venv = cache / "tools" / "pypa"
+    python = venv / "bin" / "python"
+    ready = venv / ".pregrad-ready"
+    if ready.is_file() and ready.read_text() == " ".join(PYPA):
+        return str(python)
+    print(f"installing PyPA's {' and '.join(PYPA)} into {venv} (once) ...",
+          file=sys.stderr, flush=True)
+    for command in ([sys.executable, "-m", "venv", "--clear", str(venv)],
+                    [str(python), "-m", "pip", "install", "--quiet",
+                     "--disable-pip-version-check", *PYPA]):
+        if subprocess.run(command).returncode != 0:
+            raise Failed(f"could not set up {venv} ({' '.join(command[:3])} failed; "
+                         "its output is above); nothing was written")
+    ready.write_text(" ".join(PYPA))
+    return str(python)
+
+
 def in_target(python: str, order: Dict[str, Any]) -> int:
     """Hand `order` to the engine under `python`; returns only on failure."""
     sys.stdout.flush()
@@ -337,6 +407,11 @@ def engine(order: Dict[str, Any]) -> int:
     """Carry out an order (in this interpreter: the target one for a wheel)."""
     from torch_backport import driver
     names = order["topics"] or None
+    if order["engine"] == "wheel-build":
+        from torch_backport.patched_wheel import cmd_wheel
+        return driver.generate(names, lambda chosen: cmd_wheel(
+            order["source"], Path(order["out"]), Path(order["cache"]), chosen,
+            bool(names), order["check"]))
     if order["engine"] == "overlay":
         from torch_backport.overlay import cmd_overlay
         return driver.generate(names, lambda chosen: cmd_overlay(
@@ -354,7 +429,7 @@ def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
               default_python: Optional[str] = None) -> int:
     """`apply.sh ARGS`; as `torch-backport apply ARGS` with `default_python`."""
     try:
-        request = parse(argv)
+        request = parse(argv, default_python)
         if request.helping:
             if prog_note:
                 print(prog_note)
@@ -365,9 +440,6 @@ def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
                 return backport_usage_error(
                     "--overlay needs --out DIR here: its default, overlay/ beside apply.sh,"
                     f"\nwould be inside site-packages ({PACKAGE})")
-            if request.python is None and request.checkout is None \
-                    and request.command != "overlay":
-                request.python = default_python
         return execute(request)
     except UsageError as problem:
         print(f"apply.sh: {problem}\n(see scripts/apply.sh --help)", file=sys.stderr)
@@ -397,7 +469,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args[0] != "apply":
         return backport_usage_error(f"unknown command: {args[0]} (the one command is `apply`)")
     note = (f"torch-backport apply ARGS is scripts/apply.sh ARGS, adding --python "
-            f"{sys.executable} when ARGS have no --python, CHECKOUT or --overlay.")
+            f"{sys.executable} when ARGS have no --python, CHECKOUT, --overlay or --wheel.")
     return run_apply(args[1:], prog_note=note, default_python=sys.executable)
 
 

@@ -3,7 +3,7 @@
 release files plus the series, for copying into an image or a vendored tree.
 
 The pristine files come from the interpreter's installed torch (--python PY:
-this module then runs under PY, see _target.py) or from the release wheel,
+this module then runs under PY, see _launch.py) or from the release wheel,
 downloaded once into the cache and checked against its RECORD. The output
 directory is replaced as a whole or not at all: a journal names every file a
 run may have written, so a killed run leaves a directory the next run can
@@ -15,14 +15,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from torch_backport.fsio import atomic_write, step
+from torch_backport.fsio import atomic_write, release_wheel, step
 from torch_backport.series import (
     apply_series,
     confined,
@@ -70,22 +69,8 @@ def pristine_from_wheel(series: Series, cache: Path,
 
 
 def release_files_from_wheel(version: str, paths: List[str], cache: Path) -> Dict[str, bytes]:
-    wheels = cache / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    candidates = wheel_files(wheels, version)
-    if not candidates:
-        print(f"downloading the torch {version} wheel into {wheels} "
-              "(about 530 MB; pip shows progress) ...", file=sys.stderr, flush=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--python-version", f"{sys.version_info.major}.{sys.version_info.minor}",
-             "-d", str(wheels), f"torch=={version}"],
-            check=True,
-        )
-        candidates = wheel_files(wheels, version)
-    if not candidates:
-        raise Refused(f"pip did not produce a torch {version} wheel in {wheels}")
-    with zipfile.ZipFile(candidates[0]) as wheel:
+    wheel_path = release_wheel(version, cache)
+    with zipfile.ZipFile(wheel_path) as wheel:
         # A local build tag (2.13.0+cpu) names the dist-info directory too.
         record_name = next(name for name in wheel.namelist()
                            if re.fullmatch(r"torch-[^/]+\.dist-info/RECORD", name))
@@ -98,14 +83,8 @@ def release_files_from_wheel(version: str, paths: List[str], cache: Path) -> Dic
         files = {rel: wheel.read(rel) for rel in paths if rel in names}
     for rel, data in files.items():
         if record_digest(data) != record.get(rel):
-            raise Refused(f"{candidates[0]}: {rel} does not match the wheel's RECORD")
+            raise Refused(f"{wheel_path}: {rel} does not match the wheel's RECORD")
     return files
-
-
-def wheel_files(wheels: Path, version: str) -> List[Path]:
-    """Cached wheels of torch `version`, with or without a local build tag."""
-    return sorted([*wheels.glob(f"torch-{version}-*.whl"),
-                   *wheels.glob(f"torch-{version}+*.whl")])
 
 
 def overlay_series(name: str, chosen: List[Topic], from_install: bool,

@@ -40,6 +40,9 @@ from torch_backport.series import (
 )
 
 STATE_DIRNAME = ".torch-pregrad-backport"
+# In the dist-info of a torch installed from a wheel that patched_wheel.py
+# built: what it was built from and which topics' series it carries.
+BUILT_NAME = "PREGRAD_BACKPORT.json"
 Manifest = Dict[str, Any]  # the JSON of <state dir>/manifest.json
 MANIFEST = "manifest.json"
 
@@ -62,6 +65,7 @@ class Install:
     version: str
     record: Dict[str, str]  # path -> RECORD sha256 digest, for every hashed file
     topic: Topic
+    built: Optional[Dict[str, Any]] = None  # BUILT_NAME, if from a patched wheel
 
     @property
     def state_dir(self) -> Path:
@@ -74,6 +78,17 @@ class Install:
 
     def for_topic(self, topic: Topic) -> "Install":
         return dataclasses.replace(self, topic=topic)
+
+    def built_by(self) -> str:
+        return str((self.built or {}).get("built-by", "torch-pregrad-backport"))
+
+    def built_topic(self) -> Optional[Dict[str, Any]]:
+        """What the patched wheel this torch was installed from says of this
+        topic; None if it was not, or does not carry the topic."""
+        if self.built is None:
+            return None
+        entry: Optional[Dict[str, Any]] = self.built.get("topics", {}).get(self.topic.name)
+        return entry
 
     def has_feature(self) -> bool:
         path = self.path(self.topic.feature_file)
@@ -113,13 +128,19 @@ def find_install(topic: Optional[Topic] = None) -> Install:
             "files cannot be told from modified ones"
         )
     site = Path(str(dist.locate_file(""))).resolve()
-    return Install(dist, site, dist.version, record, topic or primary_topic())
+    built_text = dist.read_text(BUILT_NAME)
+    try:
+        built = json.loads(built_text) if built_text is not None else None
+    except ValueError:
+        raise Refused(f"torch {dist.version}: its dist-info has an unreadable "
+                      f"{BUILT_NAME}") from None
+    return Install(dist, site, dist.version, record, topic or primary_topic(), built)
 
 
 @dataclasses.dataclass
 class Status:
     # pristine | patched | partial | outdated | patched-no-backups | modified |
-    # interrupted | has-feature | unsupported
+    # interrupted | has-feature | unsupported | patched-wheel
     state: str
     install: Install
     series: Optional[Series]
@@ -204,7 +225,26 @@ def choose_series(install: Install, manifest: Optional[Manifest]
     return found.series, found
 
 
+def inspect_built(install: Install, built: Dict[str, Any]) -> Status:
+    """A topic that the patched wheel this torch came from carries: its
+    files are the series', and RECORD says so."""
+    base = built.get("base", "")
+    series = (load_series(base, install.topic) if base in supported_bases(install.topic)
+              else None)
+    lines, kinds = [], set()
+    for rel, digest in sorted(built.get("files", {}).items()):
+        kind = ("patched" if install.matches_record(rel)
+                and sha256_hex(install.read(rel)) == digest else "modified")
+        kinds.add(kind)
+        lines.append(f"  {kind:<9} {rel}")
+    state = "patched-wheel" if kinds == {"patched"} else "modified"
+    return Status(state, install, series, lines, None)
+
+
 def inspect(install: Install) -> Status:
+    built = install.built_topic()
+    if built is not None:
+        return inspect_built(install, built)
     manifest = read_manifest(install)
     series, identified = choose_series(install, manifest)
     if series is None:
@@ -288,7 +328,14 @@ def restore_without_manifest(install: Install, series: Series) -> List[str]:
 
 
 def reinstall_command(install: Install) -> str:
-    return f"{sys.executable} -m pip install --force-reinstall --no-deps torch=={install.version}"
+    """The pip command that puts the stock wheel's files back."""
+    version = (install.built or {}).get("from", {}).get("version", install.version)
+    return f"{sys.executable} -m pip install --force-reinstall --no-deps torch=={version}"
+
+
+def built_from(install: Install) -> str:
+    source = (install.built or {}).get("from", {})
+    return f"{source.get('wheel', 'a torch wheel')}, by {install.built_by()}"
 
 
 def drop_state(install: Install) -> None:
@@ -395,9 +442,12 @@ def cmd_status(install: Install, named: bool = True) -> int:
         "has-feature": f"has the feature: {install.topic.present}; nothing to apply"
         + ("" if status.series else no_fixes_note(install.topic)),
         "unsupported": f"unsupported: {unsupported_detail(status)}",
+        "patched-wheel": "patched: installed from a patched wheel (built from "
+        f"{built_from(install)}); --revert cannot undo it: install the stock wheel "
+        f"({reinstall_command(install)})",
     }
     print(messages[status.state])
-    return 0 if status.state in ("pristine", "patched", "has-feature") else 1
+    return 0 if status.state in ("pristine", "patched", "has-feature", "patched-wheel") else 1
 
 
 def revert_flags(install: Install) -> str:
@@ -470,6 +520,10 @@ def cmd_apply(install: Install, check: bool, named: bool = True) -> int:
         print(f"not available for this release: {unsupported_detail(status)}; left alone")
         return 0
     status.print_headline("applying" if status.state == "pristine" else "using")
+    if status.state == "patched-wheel":
+        print(f"already applied: installed from a patched wheel ({built_from(install)}); "
+              "nothing to do")
+        return 0
     if status.series is not None and status.state not in ("patched", "has-feature"):
         refuse_unwritable(install, status.series)
     if status.state == "interrupted":
@@ -591,6 +645,11 @@ def cmd_revert(install: Install, check: bool, named: bool = True) -> int:
     # no series for this release has nothing to revert either way.
     status = inspect(install)
     status.print_headline("using")
+    if status.state == "patched-wheel":
+        raise Refused(f"torch {install.version} was installed from a patched wheel "
+                      f"({built_from(install)}): there are no backups to revert to, and "
+                      "nothing was changed; install the stock wheel instead: "
+                      f"{reinstall_command(install)}")
     if status.series is not None and status.state in ("interrupted", "patched", "partial",
                                                       "outdated"):
         refuse_unwritable(install, status.series)

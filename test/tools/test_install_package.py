@@ -172,7 +172,7 @@ class InstallPackageTest(ScratchTestCase):
         self.assertEqual(
             first.replace(str(self.venv.python), "<python>"),
             "torch-backport apply ARGS is scripts/apply.sh ARGS, adding --python "
-            "<python> when ARGS have no --python, CHECKOUT or --overlay.")
+            "<python> when ARGS have no --python, CHECKOUT, --overlay or --wheel.")
 
     def test_help(self) -> None:
         code, out, err = run([str(self.command), "--help"])
@@ -190,7 +190,7 @@ installed wheel, to apply the series to a PyTorch checkout, or to write an
 overlay.
 `torch-backport apply --help` lists ARGS.
 
-Without --python PY, a CHECKOUT or --overlay among ARGS, `apply` adds
+Without --python PY, a CHECKOUT, --overlay or --wheel among ARGS, `apply` adds
   --python <python>
 the interpreter this command is installed into, so it patches the torch next
 to it. --overlay needs --out DIR: its default, overlay/ beside the scripts,

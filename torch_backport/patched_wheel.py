@@ -1,0 +1,275 @@
+"""A patched torch wheel: the release wheel with the chosen topics' series
+applied, a PEP 440 local version label that names the series, a true RECORD,
+and the same bytes every time it is built from the same inputs.
+
+The version is the release's plus a local label, `2.11.0+pregrad.g<10 hex>`
+(after the release's own label: `2.13.0+cpu.pregrad.g<10 hex>`), where the
+hex digits start the sha256 of what was applied (each topic's name, base and
+patch bytes, in order). PEP 440 ignores a local label when a requirement has
+none, so `torch==2.11.0` (torchvision's, torchaudio's) accepts it.
+
+Reading goes through PyPA's `wheel.wheelfile.WheelFile`, which checks every
+file it reads against the wheel's RECORD, and writing through the same class,
+which writes the new RECORD. Each file keeps its entry's timestamp and mode,
+and the RECORD entry gets the old RECORD's timestamp, so the output depends
+on the input wheel and the series only. The wheel is written beside its final
+name and renamed when whole: a refused or interrupted build leaves nothing.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+from wheel.wheelfile import WheelError, WheelFile
+
+from torch_backport import __version__
+from torch_backport.fsio import release_wheel, step
+from torch_backport.series import (
+    apply_series,
+    git_blob_id,
+    identify,
+    Refused,
+    refuse_shared_files,
+    Series,
+    sha256_hex,
+    shown,
+    Topic,
+    topic_files,
+)
+# In the patched wheel's dist-info: what it was built from and with; an
+# install made from it is recognised by this file.
+from torch_backport.wheel_mode import BUILT_NAME
+
+LOCAL_PREFIX = "pregrad"
+REQUIREMENT_RE = re.compile(r"torch==([0-9][0-9A-Za-z.+!_-]*)")
+
+
+def source_wheel(source: str, cache: Path) -> Path:
+    """IN as given: a wheel file, or `torch==X` for the release wheel."""
+    requirement = REQUIREMENT_RE.fullmatch(source)
+    if requirement:
+        return release_wheel(requirement.group(1), cache)
+    path = Path(source)
+    if not path.is_file():
+        raise Refused(f"{source}: no such wheel file (give a torch wheel, or torch==X to "
+                      "download one)")
+    return path
+
+
+def series_digest(every: List[Series]) -> str:
+    digest = hashlib.sha256()
+    for series in every:
+        digest.update(f"{series.topic.name}\0{series.base}\0".encode())
+        for patch in series.patches:
+            digest.update(patch.read_bytes())
+    return digest.hexdigest()
+
+
+def patched_version(release: Version, every: List[Series]) -> Version:
+    label = f"{LOCAL_PREFIX}.g{series_digest(every)[:10]}"
+    local = f"{release.local}.{label}" if release.local else label
+    return Version(f"{release.public}+{local}")
+
+
+def choose(wheel_name: str, version: Version, blobs: Dict[str, Optional[str]],
+           chosen: List[Topic], named: bool) -> List[Series]:
+    """Each topic's series for the wheel's files, by content (as on an
+    install); a default topic without one is left out unless named."""
+    every: List[Series] = []
+    for topic in chosen:
+        found = identify(topic, {rel: blobs.get(rel) for rel in topic_files(topic)},
+                         str(version))
+        what = "" if topic.primary else f" of topic {topic.name}"
+        if found.series is not None and found.exact and found.how == "patched":
+            raise Refused(f"{wheel_name}: its files are already patched by "
+                          f"{shown(found.series.directory)}; nothing was written")
+        if found.series is None or not found.exact:
+            detail = f" ({found.reason()})" if found.series is not None else ""
+            if topic.primary or named:
+                raise Refused(f"torch {version}: no series{what} matches its files{detail}; "
+                              "nothing was written")
+            print(f"topic {topic.name}: not available for this release{detail}; left out")
+            continue
+        print(f"torch {version}: {found.reason()}: applying {shown(found.series.directory)}")
+        every.append(found.series)
+    refuse_shared_files(every)
+    return every
+
+
+@contextlib.contextmanager
+def opened(path: Path) -> Iterator[WheelFile]:
+    try:
+        with WheelFile(str(path)) as wheel:
+            yield wheel
+    except WheelError as problem:
+        raise Refused(f"{path}: {problem}; nothing was written") from None
+    except zipfile.BadZipFile as problem:
+        raise Refused(f"{path}: not a wheel ({problem}); nothing was written") from None
+
+
+def read_checked(wheel: WheelFile, path: Path, name: str) -> bytes:
+    """An entry's bytes; WheelFile checks them against RECORD."""
+    try:
+        data: bytes = wheel.read(name)
+        return data
+    except WheelError as problem:
+        raise Refused(f"{path}: {name} does not match the wheel's RECORD ({problem}); "
+                      "nothing was written") from None
+
+
+def cmd_wheel(source: str, out: Path, cache: Path, chosen: List[Topic], named: bool,
+              check: bool) -> int:
+    path = source_wheel(source, cache)
+    with opened(path) as wheel:
+        parsed = wheel.parsed_filename
+        assert parsed is not None
+        if canonicalize_name(parsed.group("name")) != "torch":
+            raise Refused(f"{path.name} is not a torch wheel (it is "
+                          f"{parsed.group('name')}'s); nothing was written")
+        try:
+            release = Version(parsed.group("ver"))
+        except InvalidVersion:
+            raise Refused(f"{path.name}: {parsed.group('ver')!r} is not a PEP 440 "
+                          "version; nothing was written") from None
+        dist_info = wheel.dist_info_path
+        names = set(wheel.namelist())
+        if f"{dist_info}/{BUILT_NAME}" in names:
+            raise Refused(f"{path.name} is already a patched wheel (it has "
+                          f"{dist_info}/{BUILT_NAME}); nothing was written")
+        paths = sorted({rel for topic in chosen for rel in topic_files(topic)})
+        files = {rel: read_checked(wheel, path, rel) for rel in paths if rel in names}
+        every = choose(path.name, release, {rel: git_blob_id(files[rel]) if rel in files
+                                            else None for rel in paths}, chosen, named)
+        patched: Dict[str, bytes] = {}
+        for series in every:
+            patched.update(apply_series({rel: files[rel] for rel in series.touched}, series))
+        version = patched_version(release, every)
+        build = f"-{parsed.group('build')}" if parsed.group("build") else ""
+        name = (f"torch-{version}{build}-{parsed.group('pyver')}-{parsed.group('abi')}-"
+                f"{parsed.group('plat')}.whl")
+        new_dist_info = f"torch-{version}.dist-info"
+        built = {
+            "built-by": f"torch-pregrad-backport {__version__}",
+            "from": {"wheel": path.name, "sha256": file_sha256(path),
+                     "version": str(release)},
+            "topics": {series.topic.name: {
+                "base": series.base,
+                "series": {p.name: sha256_hex(p.read_bytes()) for p in series.patches},
+                "files": {rel: sha256_hex(patched[rel]) for rel in series.touched},
+            } for series in every},
+        }
+        if check:
+            verify_all(wheel, path)
+            print(f"check: would write {out / name} (version {version}); nothing was written")
+            return 0
+        made = not out.exists()
+        target = out / name
+        # WheelFile takes the dist-info name from the file name: the wheel is
+        # written under its own name in a scratch directory beside it.
+        scratch = out / ".pregrad-tmp"
+        partial = scratch / name
+        try:
+            step(scratch)
+            scratch.mkdir(parents=True, exist_ok=True)
+            write(wheel, path, partial, patched, dist_info, new_dist_info, release, version,
+                  json.dumps(built, indent=2, sort_keys=True) + "\n")
+            step(target)
+            os.replace(partial, target)
+        finally:
+            if scratch.exists():
+                shutil.rmtree(scratch)
+            if made and out.exists() and not target.exists():
+                out.rmdir()
+    print(f"wrote {target}")
+    print(f"  version {version} (pip's torch=={release.public} accepts it)")
+    print(f"  sha256 {file_sha256(target)}")
+    return 0
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_all(wheel: WheelFile, path: Path) -> None:
+    for info in wheel.infolist():
+        if not info.is_dir() and not info.filename.startswith(wheel.record_path):
+            read_checked(wheel, path, info.filename)
+
+
+def write(wheel: WheelFile, path: Path, partial: Path, patched: Dict[str, bytes],
+          dist_info: str, new_dist_info: str, release: Version, version: Version,
+          built: str) -> None:
+    record_info = wheel.getinfo(wheel.record_path)
+    entries = [info for info in wheel.infolist() if not info.is_dir()
+               and not info.filename.startswith(wheel.record_path)]  # RECORD(.jws|.p7s)
+    total = sum(info.file_size for info in entries) or 1
+    done, shown_at = 0, 0
+    # WheelFile dates the RECORD it writes by SOURCE_DATE_EPOCH.
+    with source_date_epoch(calendar.timegm((*record_info.date_time, 0, 0, 0))):
+        step(partial)
+        with WheelFile(str(partial), "w") as new:
+            for info in entries:
+                data = patched.get(info.filename)
+                if data is None:
+                    data = read_checked(wheel, path, info.filename)
+                arcname = info.filename
+                if arcname.startswith(f"{dist_info}/"):
+                    arcname = new_dist_info + arcname[len(dist_info):]
+                    if arcname == f"{new_dist_info}/METADATA":
+                        data = with_version(data, release, version)
+                new.writestr(entry(arcname, info), data)
+                done += info.file_size
+                if done * 10 // total > shown_at:
+                    shown_at = done * 10 // total
+                    print(f"  writing {partial.name}: {shown_at * 10}%", file=sys.stderr,
+                          flush=True)
+            new.writestr(entry(f"{new_dist_info}/{BUILT_NAME}", record_info), built)
+        with open(partial, "rb") as handle:
+            os.fsync(handle.fileno())
+
+
+def entry(name: str, like: zipfile.ZipInfo) -> zipfile.ZipInfo:
+    """A zip entry named `name` with `like`'s timestamp and mode."""
+    info = zipfile.ZipInfo(name, date_time=like.date_time)
+    info.external_attr = like.external_attr
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info
+
+
+def with_version(metadata: bytes, release: Version, version: Version) -> bytes:
+    text = metadata.decode("utf-8")
+    new, count = re.subn(r"^Version: .*$", f"Version: {version}", text, count=1,
+                         flags=re.MULTILINE)
+    if count != 1:
+        raise Refused(f"the wheel's METADATA has no Version line (torch {release}); "
+                      "nothing was written")
+    return new.encode("utf-8")
+
+
+@contextlib.contextmanager
+def source_date_epoch(timestamp: int) -> Iterator[None]:
+    before = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = str(timestamp)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["SOURCE_DATE_EPOCH"]
+        else:
+            os.environ["SOURCE_DATE_EPOCH"] = before

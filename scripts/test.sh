@@ -19,8 +19,13 @@
 #     fail is caught;
 #   - patched: every test must pass.
 # And once, test/tools (apply.sh, check-patches, the series, fault
-# injection) against small installs built from the stock 2.11.0 and 2.12.0
-# venvs. The pytest runs (per release: stock; the patched results suite;
+# injection, --wheel on small wheels) against small installs built from the
+# stock 2.11.0 and 2.12.0 venvs; and when 2.11.0 is tested, the patched
+# wheel: `apply.sh --wheel torch==2.11.0` builds it from the cached release
+# wheel (about a minute), pip installs it into another hard-linked copy of the
+# stock venv, and that venv runs test/dynamo/test_installed_patched_wheel.py
+# (pip check, --status, a rebuild with the same sha256) and the behaviour and
+# results suites. The pytest runs (per release: stock; the patched results suite;
 # patched, the other suites) go two at a time, longest first. At the end it
 # prints a table build x suite -> passed / failed / expected-fail with a
 # verdict, and a summary line. Full pytest output,
@@ -42,6 +47,7 @@ set -euo pipefail
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
+source "$here/common.sh"
 cd "$repo"
 
 all_releases="$(grep -v '^#' test/releases.tsv | cut -f1 | paste -sd, -)"
@@ -97,13 +103,31 @@ for version in "${selected[@]}"; do
   echo "   $version: stock ${stock[$version]}, patched ${patched[$version]}" >&2
 done
 
+wheel_python=""
+if [ -n "${stock[2.11.0]:-}" ]; then
+  step "patched wheel of torch 2.11.0, installed into a copy of its venv (logs: $logs/wheel.log)"
+  built="$("$here/apply.sh" --wheel torch==2.11.0 --out "$pregrad_cache/patched-wheels" \
+           2>>"$logs/wheel.log" | tee -a "$logs/wheel.log" | sed -n 's/^wrote //p')" || true
+  wheel_venv="$pregrad_cache/venvs/torch-2.11.0-wheel"
+  if [ -z "$built" ] || ! { rm -rf "$wheel_venv" \
+      && cp -al "$(dirname "$(dirname "${stock[2.11.0]}")")" "$wheel_venv" \
+      && "$wheel_venv/bin/python" -m pip install --disable-pip-version-check --no-deps "$built" \
+         >>"$logs/wheel.log" 2>&1; }; then
+    echo "test.sh: building or installing the patched 2.11.0 wheel failed; see $logs/wheel.log" >&2; exit 1
+  fi
+  export PREGRAD_PATCHED_WHEEL="$built"
+  wheel_python="$wheel_venv/bin/python"
+  echo "   $built" >&2
+fi
+
 export PYTORCH_PRINT_REPRO_ON_FAILURE=0
 status=0 total_passed=0 total_failed=0 total_xfail=0
 rows=()
 dynamo_suites=(test/dynamo/test_release_identification.py
                test/dynamo/test_pre_grad_pass_timing.py test/dynamo/test_pre_grad_stale_hits.py
                test/dynamo/test_pre_grad_remote_cache.py test/dynamo/test_pre_grad_results.py
-               test/dynamo/test_cpu_isa_probe.py test/dynamo/test_autocast_cache.py)
+               test/dynamo/test_cpu_isa_probe.py test/dynamo/test_autocast_cache.py
+               test/dynamo/test_torchao_quant_lift_up.py)
 # The results suite is a patched build's longest; it runs as a job of its own.
 results_suite=test/dynamo/test_pre_grad_results.py
 other_suites=()
@@ -140,6 +164,9 @@ if [ -n "${stock[2.11.0]:-}" ] && [ -n "${stock[2.12.0]:-}" ]; then
   export PREGRAD_STOCK_PYTHON="${stock[2.11.0]}" PREGRAD_UPSTREAM_PYTHON="${stock[2.12.0]}"
   jobs+=("tools|tools||${patched[2.11.0]}||test/tools")
 fi
+if [ -n "$wheel_python" ]; then
+  jobs+=("wheel-2.11.0|wheel-2.11.0||$wheel_python||test/dynamo/test_installed_patched_wheel.py test/dynamo/test_pre_grad_pass_timing.py $results_suite")
+fi
 for version in "${selected[@]}"; do
   jobs+=("patched-$version-results|patched-$version||${patched[$version]}||$results_suite")
   if [ ${#pytest_args[@]} -eq 0 ]; then
@@ -148,7 +175,8 @@ for version in "${selected[@]}"; do
     # case); the table cells and fixed scenarios are what stock is checked on.
     # The two-process autocast test repeats on stock what the one-process
     # tests already show there, at 8-11 s of ISA probe per child: patched only.
-    jobs+=("stock-$version|stock-$version|$version|${stock[$version]}|not random_stacks and not under_autocast and not processes_sharing_a_cache|${dynamo_suites[*]}")
+    # --wheel's rules need the release's own files: stock only.
+    jobs+=("stock-$version|stock-$version|$version|${stock[$version]}|not random_stacks and not under_autocast and not processes_sharing_a_cache|${dynamo_suites[*]} test/dynamo/test_patched_wheel_rules.py")
   fi
   jobs+=("patched-$version|patched-$version||${patched[$version]}||${other_suites[*]}")
 done
@@ -157,7 +185,8 @@ run_job() {  # run_job REPORT PYTHON EXPRESSION ARGS...: pytest, output to files
   local report="$1" python="$2" expression="$3" begun=$SECONDS
   local select=()
   [ -z "$expression" ] || select=(-k "$expression")
-  "$python" -m pytest -q -p no:randomly --tb=short --junitxml="$logs/$report.xml" \
+  # -rs: the log says why a test skipped (test/torchao.tsv's reason, say).
+  "$python" -m pytest -q -rs -p no:randomly --tb=short --junitxml="$logs/$report.xml" \
     ${select[@]+"${select[@]}"} "${@:4}" ${pytest_args[@]+"${pytest_args[@]}"} \
     >"$logs/$report.log" 2>&1 || true
   printf '   done %-24s %d min %02d s\n' "$report" $(( (SECONDS - begun) / 60 )) $(( (SECONDS - begun) % 60 )) >&2

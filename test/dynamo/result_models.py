@@ -79,7 +79,11 @@ class SharedConv(nn.Module):
 
 
 def image(seed: int) -> torch.Tensor:
-    return torch.randn(2, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(seed))
+    # Drawn on the CPU (the seeded generator's device), then moved to the
+    # default device (PREGRAD_TEST_DEVICE, see conftest.py).
+    cpu = torch.randn(2, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(seed),
+                      device="cpu")
+    return cpu.to(torch.get_default_device())
 
 
 # name -> (module factory, example inputs)

@@ -411,12 +411,13 @@ def engine(order: Dict[str, Any]) -> int:
         from torch_backport.patched_wheel import cmd_wheel
         return driver.generate(names, lambda chosen: cmd_wheel(
             order["source"], Path(order["out"]), Path(order["cache"]), chosen,
-            bool(names), order["check"]))
+            bool(names), order["check"]), "the partial wheel was removed; nothing was written")
     if order["engine"] == "overlay":
         from torch_backport.overlay import cmd_overlay
         return driver.generate(names, lambda chosen: cmd_overlay(
             order["base"], Path(order["out"]), order["from_install"], Path(order["cache"]),
-            chosen))
+            chosen), "the output directory keeps a journal of what this run wrote; the "
+            "next run finishes or replaces it")
     if order["engine"] == "checkout":
         from torch_backport.checkout_mode import open_checkout
         return driver.run(order["command"], names, order["check"], open_checkout(

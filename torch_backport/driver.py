@@ -136,18 +136,16 @@ def run(command: str, names: Optional[List[str]], check: bool,
         return 1
 
 
-def generate(names: Optional[List[str]], make: Callable[[List[Topic]], int]) -> int:
+def generate(names: Optional[List[str]], make: Callable[[List[Topic]], int],
+             interrupted: str) -> int:
     """Run a command that writes something new from the chosen topics' series
-    (the overlay): refusals and failures are reported like `run`'s."""
+    (an overlay, a patched wheel): refusals and failures are reported like
+    `run`'s; `interrupted` is what a Ctrl-C leaves."""
     try:
         return make(chosen_topics("generate", names))
     except KeyboardInterrupt:
-        print("interrupted: the output directory keeps a journal of what this run "
-              "wrote; the next run finishes or replaces it", file=sys.stderr)
+        print(f"interrupted: {interrupted}", file=sys.stderr)
         return 130
-    except Refused as problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 1
-    except OSError as problem:
+    except (Refused, OSError) as problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1

@@ -8,7 +8,6 @@ it (any other run) these tests skip.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -17,17 +16,11 @@ import unittest
 from importlib import metadata
 from pathlib import Path
 
+from torch_backport.patched_wheel import file_sha256 as sha256
+
 REPO = Path(__file__).resolve().parents[2]
 APPLY = REPO / "scripts" / "apply.sh"
 WHEEL = os.environ.get("PREGRAD_PATCHED_WHEEL", "")
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @unittest.skipUnless(WHEEL, "run by scripts/test.sh's wheel job (PREGRAD_PATCHED_WHEEL)")

@@ -52,6 +52,18 @@ AUTOCAST_TESTS = {
 # Run on patched builds only (scripts/test.sh): what stock does across two
 # processes, the one-process tests above already show.
 AUTOCAST_PATCHED_ONLY = {"test_processes_sharing_a_cache_get_their_own_autocast_dtype"}
+# torchao's x86 PT2E flow (test_torchao_quant_lift_up.py): test -> the stock
+# releases it passes on. QuantLiftUp has a uuid, so with the feature a warm
+# AOTAutogradCache hit skips it; before 2.12 every pass runs on every compile.
+# Releases whose test/torchao.tsv pin is "none" (2.9) skip the whole file.
+TORCHAO_TESTS = {
+    "test_quantizer_sets_quant_lift_up_with_a_uuid": lambda rel: True,
+    "test_quant_lift_up_moves_the_quantize_above_the_reshape": lambda rel: True,
+    "test_warm_compile_hits_without_running_quant_lift_up": lambda rel: rel >= FEATURE_SINCE,
+    "test_compiled_results_equal_the_eager_quantized_model": lambda rel: True,
+    # Freezing bypasses both caches on every release, so the pass runs each time.
+    "test_freezing_bypasses_both_caches_and_runs_quant_lift_up": lambda rel: True,
+}
 RESULTS_CELL = re.compile(
     r"test_matches_eager_timing_(?P<timing>\w+?)_(?P<freezing>freezing|nofreezing)"
     r"_entry_(?P<entry>compile_fx|torch_compile)_model_name_(?P<model>\w+)$"
@@ -91,6 +103,12 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
         return "pass" if AUTOCAST_TESTS[test_name](release(version)) else "fail"
     if test_file == "test_release_identification.py":
         return "pass"  # the tool's choice of series, on stock and patched alike
+    if test_file == "test_patched_wheel_rules.py":
+        return "pass"  # --wheel on a small wheel of the stock files: the tool's rules
+    if test_file == "test_torchao_quant_lift_up.py":
+        if test_name not in TORCHAO_TESTS:
+            raise ValueError(f"no stock expectations for test_torchao_quant_lift_up.py::{test_name}")
+        return "pass" if TORCHAO_TESTS[test_name](release(version)) else "fail"
     has_feature = release(version) >= FEATURE_SINCE
     if test_name == "test_no_stale_hit_under_autocast":
         return "any"  # a random sequence may or may not draw a stale case; not run on stock

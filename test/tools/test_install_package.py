@@ -29,6 +29,7 @@ import pytest
 
 from fake_install import (FakeInstall, make_fake_install, REPO, ScratchTestCase, source_python,
                           STATE_DIRNAME, STOCK)
+from fake_wheel import make_fake_wheel, release_files
 
 APPLY = REPO / "scripts" / "apply.sh"
 PACKAGE = "torch_backport"
@@ -236,6 +237,19 @@ $ torch-backport apply --python
         for args in [(missing,), ("--check", missing)]:
             code, output = self.backport("apply", *args)
             self.assertEqual((code, output), (1, f"apply.sh: {missing} does not exist\n"))
+
+    def test_wheel_is_apply_sh_s(self) -> None:
+        """`torch-backport apply --wheel` adds no --python and writes the
+        same wheel, byte for byte, as the clone's apply.sh."""
+        source = make_fake_wheel(self.tmp / "in", release_files(source_python(STOCK)), "2.11.0")
+        ours, theirs = self.tmp / "ours", self.tmp / "theirs"
+        code, output = self.backport("apply", "--wheel", str(source), "--out", str(ours))
+        expected = run([str(APPLY), "--wheel", str(source), "--out", str(theirs)])
+        self.assertEqual((code, output.replace(str(ours), "<out>")),
+                         (expected[0], (expected[1] + expected[2]).replace(str(theirs), "<out>")))
+        self.assertEqual(code, 0, output)
+        (wheel,) = ours.iterdir()
+        self.assertEqual(wheel.read_bytes(), (theirs / wheel.name).read_bytes())
 
     def test_overlay_with_out_is_apply_sh_s(self) -> None:
         ours, theirs = self.tmp / "ours", self.tmp / "theirs"

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from torch_backport import __version__
-from torch_backport.fsio import cache_dir
+from torch_backport.fsio import cache_dir, locked
 from torch_backport.series import REPO
 
 PACKAGE = Path(__file__).resolve().parent
@@ -378,21 +378,25 @@ def has_pypa() -> bool:
 
 
 def pypa_python(cache: Path) -> str:
-    """A venv in the cache with PyPA's wheel and packaging, made once."""
-    venv = cache / "tools" / "pypa"
+    """A venv in the cache with PyPA's wheel and packaging, made once (one
+    run at a time: two test jobs may ask at once)."""
+    tools = cache / "tools"
+    venv = tools / "pypa"
     python = venv / "bin" / "python"
     ready = venv / ".pregrad-ready"
-    if ready.is_file() and ready.read_text() == " ".join(PYPA):
-        return str(python)
-    print(f"installing PyPA's {' and '.join(PYPA)} into {venv} (once) ...",
-          file=sys.stderr, flush=True)
-    for command in ([sys.executable, "-m", "venv", "--clear", str(venv)],
-                    [str(python), "-m", "pip", "install", "--quiet",
-                     "--disable-pip-version-check", *PYPA]):
-        if subprocess.run(command).returncode != 0:
-            raise Failed(f"could not set up {venv} ({' '.join(command[:3])} failed; "
-                         "its output is above); nothing was written")
-    ready.write_text(" ".join(PYPA))
+    tools.mkdir(parents=True, exist_ok=True)
+    with locked(tools):
+        if ready.is_file() and ready.read_text() == " ".join(PYPA):
+            return str(python)
+        print(f"installing PyPA's {' and '.join(PYPA)} into {venv} (once) ...",
+              file=sys.stderr, flush=True)
+        for command in ([sys.executable, "-m", "venv", "--clear", str(venv)],
+                        [str(python), "-m", "pip", "install", "--quiet",
+                         "--disable-pip-version-check", *PYPA]):
+            if subprocess.run(command).returncode != 0:
+                raise Failed(f"could not set up {venv} ({' '.join(command[:3])} failed; "
+                             "its output is above); nothing was written")
+        ready.write_text(" ".join(PYPA))
     return str(python)
 
 

@@ -362,6 +362,7 @@ def execute(request: Request) -> int:
                        "no_commit": request.no_commit, "topics": request.topics})
     assert request.python is not None
     require_python(request.python)
+    # A mode rule, but checked after the interpreter, as apply.sh always did.
     if request.command == "status" and request.check:
         raise UsageError("--status writes nothing; drop --check")
     return in_target(request.python, {"engine": "wheel", "command": request.command,

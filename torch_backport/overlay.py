@@ -26,13 +26,12 @@ from torch_backport.series import (
     apply_series,
     confined,
     git_blob_id,
-    identify,
     load_topic_series,
     pristine_sha256,
     Refused,
-    refuse_shared_files,
     release_numbers,
     Series,
+    series_by_content,
     sha256_hex,
     shown,
     Topic,
@@ -107,17 +106,7 @@ def overlay_series(name: str, chosen: List[Topic], from_install: bool,
     else:
         files = release_files_from_wheel(version, paths, cache)
         blobs = {rel: git_blob_id(files[rel]) if rel in files else None for rel in paths}
-    every = []
-    for topic in chosen:
-        found = identify(topic, blobs, version)
-        if found.series is None or found.how != "pristine":
-            what = "" if topic.primary else f" of topic {topic.name}"
-            raise Refused(f"torch {version}: no series{what} matches its files"
-                          + (f" ({found.reason()})" if found.series else "")
-                          + "; nothing was written")
-        print(f"torch {version}: {found.reason()}: using {shown(found.series.directory)}")
-        every.append(found.series)
-    refuse_shared_files(every)
+    every = series_by_content(version, blobs, chosen, "using")
     return every, version
 
 

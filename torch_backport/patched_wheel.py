@@ -28,7 +28,7 @@ import shutil
 import sys
 import zipfile
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -39,12 +39,10 @@ from torch_backport.fsio import release_wheel, step
 from torch_backport.series import (
     apply_series,
     git_blob_id,
-    identify,
     Refused,
-    refuse_shared_files,
     Series,
+    series_by_content,
     sha256_hex,
-    shown,
     Topic,
     topic_files,
 )
@@ -81,31 +79,6 @@ def patched_version(release: Version, every: List[Series]) -> Version:
     label = f"{LOCAL_PREFIX}.g{series_digest(every)[:10]}"
     local = f"{release.local}.{label}" if release.local else label
     return Version(f"{release.public}+{local}")
-
-
-def choose(wheel_name: str, version: Version, blobs: Dict[str, Optional[str]],
-           chosen: List[Topic], named: bool) -> List[Series]:
-    """Each topic's series for the wheel's files, by content (as on an
-    install); a default topic without one is left out unless named."""
-    every: List[Series] = []
-    for topic in chosen:
-        found = identify(topic, {rel: blobs.get(rel) for rel in topic_files(topic)},
-                         str(version))
-        what = "" if topic.primary else f" of topic {topic.name}"
-        if found.series is not None and found.exact and found.how == "patched":
-            raise Refused(f"{wheel_name}: its files are already patched by "
-                          f"{shown(found.series.directory)}; nothing was written")
-        if found.series is None or not found.exact:
-            detail = f" ({found.reason()})" if found.series is not None else ""
-            if topic.primary or named:
-                raise Refused(f"torch {version}: no series{what} matches its files{detail}; "
-                              "nothing was written")
-            print(f"topic {topic.name}: not available for this release{detail}; left out")
-            continue
-        print(f"torch {version}: {found.reason()}: applying {shown(found.series.directory)}")
-        every.append(found.series)
-    refuse_shared_files(every)
-    return every
 
 
 @contextlib.contextmanager
@@ -150,8 +123,12 @@ def cmd_wheel(source: str, out: Path, cache: Path, chosen: List[Topic], named: b
                           f"{dist_info}/{BUILT_NAME}); nothing was written")
         paths = sorted({rel for topic in chosen for rel in topic_files(topic)})
         files = {rel: read_checked(wheel, path, rel) for rel in paths if rel in names}
-        every = choose(path.name, release, {rel: git_blob_id(files[rel]) if rel in files
-                                            else None for rel in paths}, chosen, named)
+        # A default topic without a series for this release is left out
+        # unless named, as a plain apply leaves it alone on an install.
+        optional = () if named else tuple(topic for topic in chosen if not topic.primary)
+        every = series_by_content(str(release), {rel: git_blob_id(files[rel]) if rel in files
+                                                 else None for rel in paths},
+                                  chosen, "applying", optional)
         patched: Dict[str, bytes] = {}
         for series in every:
             patched.update(apply_series({rel: files[rel] for rel in series.touched}, series))

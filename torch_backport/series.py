@@ -552,3 +552,30 @@ def identify(topic: Topic, blobs: Mapping[str, Optional[str]],
         return Identified(None, "closest", (), ())
     ranked.sort(key=lambda item: item[0])
     return ranked[0][1]
+
+
+def series_by_content(version: str, blobs: Mapping[str, Optional[str]], chosen: List[Topic],
+                      verb: str, optional: Tuple[Topic, ...] = ()) -> List[Series]:
+    """Each chosen topic's series for a release whose touched files have
+    these `blobs`: the base whose pristine files they are, byte for byte (the
+    overlay and the patched wheel start from a release's own files). A topic
+    in `optional` without one is left out, and said so; any other is refused,
+    as are files that a series already patched."""
+    every: List[Series] = []
+    for topic in chosen:
+        found = identify(topic, blobs, version)
+        if found.series is not None and found.how == "patched":
+            raise Refused(f"torch {version}: its files are already patched by "
+                          f"{shown(found.series.directory)}; nothing was written")
+        if found.series is None or found.how != "pristine":
+            detail = f" ({found.reason()})" if found.series is not None else ""
+            if topic in optional:
+                print(f"topic {topic.name}: not available for this release{detail}; left out")
+                continue
+            what = "" if topic.primary else f" of topic {topic.name}"
+            raise Refused(f"torch {version}: no series{what} matches its files{detail}; "
+                          "nothing was written")
+        print(f"torch {version}: {found.reason()}: {verb} {shown(found.series.directory)}")
+        every.append(found.series)
+    refuse_shared_files(every)
+    return every

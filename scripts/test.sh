@@ -90,9 +90,93 @@ if ! command -v redis-server >/dev/null; then
   fi
 fi
 
+export PYTORCH_PRINT_REPRO_ON_FAILURE=0
+status=0 total_passed=0 total_failed=0 total_xfail=0
+rows=()
+dynamo_suites=(test/dynamo/test_release_identification.py
+               test/dynamo/test_pre_grad_pass_timing.py test/dynamo/test_pre_grad_stale_hits.py
+               test/dynamo/test_pre_grad_remote_cache.py test/dynamo/test_pre_grad_results.py
+               test/dynamo/test_cpu_isa_probe.py test/dynamo/test_autocast_cache.py
+               test/dynamo/test_torchao_quant_lift_up.py)
+# Stock builds only: they need the release's own files.
+stock_only_suites=(test/dynamo/test_patched_wheel_rules.py test/dynamo/test_real_install_round_trip.py)
+# The results suite is a patched build's longest; it runs as a job of its own.
+results_suite=test/dynamo/test_pre_grad_results.py
+other_suites=()
+for suite in "${dynamo_suites[@]}"; do
+  [ "$suite" = "$results_suite" ] || other_suites+=("$suite")
+done
+# The short tier (a release whose content another tested release has, see
+# test/harness/content_identity.py): identification, the real install's
+# round trip and --wheel's rules, and compile cells that tell stock from
+# patched on every release: the results cell upstream gets wrong, a
+# behaviour test of the feature, the autocast key.
+short_cells=("$results_suite::PreGradResultsTests::test_matches_eager_timing_late_freezing_entry_compile_fx_model_name_conv_bn"
+             "test/dynamo/test_pre_grad_pass_timing.py::PreGradPassTimingTests::test_pre_grad_passes_default_timing_with_uuid"
+             "test/dynamo/test_autocast_cache.py::AutocastCacheTests::test_region_without_dtype_misses_under_another_ambient_dtype")
+
+verdict() {  # verdict REPORT BUILD [VERSION]: one row per suite of REPORT.xml
+  local report="$1" build="$2" version="${3:-}" line suite counts result p f x
+  if [ ! -f "$logs/$report.xml" ]; then
+    rows+=("$build|-|pytest did not run|FAILED, see $logs/$report.log"); status=1
+    total_failed=$((total_failed + 1)); return
+  fi
+  local args=("$logs/$report.xml" --by-suite)
+  case "$version" in
+    "") ;;
+    patched:*) args+=(--expect-patched "${version#patched:}") ;;
+    *) args+=(--expect-stock "$version") ;;
+  esac
+  local output code=0
+  output="$(python3 "$here/../test/harness/junit_summary.py" "${args[@]}" 2>>"$logs/$report.log")" || code=$?
+  if [ -z "$output" ]; then
+    rows+=("$build|-|no test ran (every test deselected?)|FAILED, see $logs/$report.log"); status=1
+    total_failed=$((total_failed + 1)); return
+  fi
+  while IFS='|' read -r suite counts result; do
+    [ -n "$suite" ] || continue
+    read -r p _ f _ x _ <<<"$counts"
+    total_passed=$((total_passed + p)); total_failed=$((total_failed + f))
+    total_xfail=$((total_xfail + x))
+    [ "$result" = "${result#FAILED}" ] || result="$result, see the end of $logs/$report.log"
+    rows+=("$build|$suite|$counts|$result")
+  done <<<"$output"
+  [ "$code" -eq 0 ] || status=1
+}
+
+run_job() {  # run_job REPORT PYTHON EXPRESSION ENV ARGS...: pytest, output to files
+  local report="$1" python="$2" expression="$3" environment="$4" begun=$SECONDS
+  local select=()
+  [ -z "$expression" ] || select=(-k "$expression")
+  # -rs: the log says why a test skipped (test/torchao.tsv's reason, say).
+  env ${environment:+"$environment"} "$python" -m pytest -q -rs -p no:randomly --tb=short \
+    --junitxml="$logs/$report.xml" ${select[@]+"${select[@]}"} "${@:5}" \
+    ${pytest_args[@]+"${pytest_args[@]}"} >"$logs/$report.log" 2>&1 || true
+  echo $((SECONDS - begun)) >"$logs/$report.seconds"
+  printf '   done %-28s %d min %02d s\n' "$report" $(( (SECONDS - begun) / 60 )) $(( (SECONDS - begun) % 60 )) >&2
+}
+
+# Every pytest run is a job: REPORT|BUILD|EXPECT|PYTHON|-k EXPRESSION|ENV|ARGS,
+# EXPECT being VERSION (the stock check), patched:VERSION or empty (all pass).
+# Two run at a time, for two cores (each compile is single-threaded), the
+# longest first, so that neither core waits while the other has work.
+running=0
+start_job() {  # start_job JOB: in the background, once a core is free
+  local report python expression environment args
+  IFS='|' read -r report _ _ python expression environment args <<<"$1"
+  if [ "$running" -ge 2 ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  read -r -a job_args <<<"$args"
+  run_job "$report" "$python" "$expression" "$environment" "${job_args[@]}" &
+  running=$((running + 1))
+}
+jobs=()
+
 declare -A stock patched
-step "venvs (logs: $logs/venvs.log)"
-for version in "${selected[@]}"; do
+setup_release() {  # setup_release VERSION: the stock venv and its patched copy
+  local version="$1"
   if ! stock[$version]="$("$here/venv.sh" "$version" 2>>"$logs/venvs.log" | tail -n 1)"; then
     echo "test.sh: could not set up torch $version; see $logs/venvs.log" >&2; exit 1
   fi
@@ -100,7 +184,27 @@ for version in "${selected[@]}"; do
                             -- --topic all 2>>"$logs/venvs.log" | tail -n 1)"; then
     echo "test.sh: applying the series to a copy of the torch $version venv failed; see $logs/venvs.log" >&2; exit 1
   fi
-  echo "   $version: stock ${stock[$version]}, patched ${patched[$version]}" >&2
+  echo "   $version: stock ${stock[$version]}, patched ${patched[$version]} ($(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s in)" >&2
+}
+
+# The tool suite needs stock 2.11.0 and 2.12.0 only: set those up first and
+# start it, so that it runs while the other venvs install.
+step "venvs (logs: $logs/venvs.log)"
+ordered=()
+for version in 2.11.0 2.12.0 "${selected[@]}"; do
+  case " ${selected[*]} " in *" $version "*) ;; *) continue ;; esac
+  case " ${ordered[*]-} " in *" $version "*) continue ;; esac
+  ordered+=("$version")
+done
+for version in "${ordered[@]}"; do
+  setup_release "$version"
+  if [ -n "${stock[2.11.0]:-}" ] && [ -n "${stock[2.12.0]:-}" ] && [ -z "${tools_started:-}" ]; then
+    export PREGRAD_STOCK_PYTHON="${stock[2.11.0]}" PREGRAD_UPSTREAM_PYTHON="${stock[2.12.0]}"
+    jobs+=("tools|tools||${patched[2.11.0]}|||test/tools")
+    step "starting the tool suite while the other venvs install"
+    start_job "${jobs[-1]}"
+    tools_started=1
+  fi
 done
 
 wheel_python=""
@@ -115,99 +219,60 @@ if [ -n "${stock[2.11.0]:-}" ]; then
          >>"$logs/wheel.log" 2>&1; }; then
     echo "test.sh: building or installing the patched 2.11.0 wheel failed; see $logs/wheel.log" >&2; exit 1
   fi
-  export PREGRAD_PATCHED_WHEEL="$built"
+  export PREGRAD_PATCHED_WHEEL="$built" PREGRAD_PATCHED_COPY_PYTHON="${patched[2.11.0]}"
   wheel_python="$wheel_venv/bin/python"
   echo "   $built" >&2
 fi
 
-export PYTORCH_PRINT_REPRO_ON_FAILURE=0
-status=0 total_passed=0 total_failed=0 total_xfail=0
-rows=()
-dynamo_suites=(test/dynamo/test_release_identification.py
-               test/dynamo/test_pre_grad_pass_timing.py test/dynamo/test_pre_grad_stale_hits.py
-               test/dynamo/test_pre_grad_remote_cache.py test/dynamo/test_pre_grad_results.py
-               test/dynamo/test_cpu_isa_probe.py test/dynamo/test_autocast_cache.py
-               test/dynamo/test_torchao_quant_lift_up.py)
-# The results suite is a patched build's longest; it runs as a job of its own.
-results_suite=test/dynamo/test_pre_grad_results.py
-other_suites=()
-for suite in "${dynamo_suites[@]}"; do
-  [ "$suite" = "$results_suite" ] || other_suites+=("$suite")
+# Tiers by content: computed from the installed files now, not from versions.
+declare -A tier why
+site_of() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+identity_args=()
+for version in "${selected[@]}"; do
+  identity_args+=("$version=$(site_of "${stock[$version]}")")
 done
-
-verdict() {  # verdict REPORT BUILD [VERSION]: one row per suite of REPORT.xml
-  local report="$1" build="$2" version="${3:-}" line suite counts result p f x
-  if [ ! -f "$logs/$report.xml" ]; then
-    rows+=("$build|-|pytest did not run|FAILED, see $logs/$report.log"); status=1
-    total_failed=$((total_failed + 1)); return
-  fi
-  local args=("$logs/$report.xml" --by-suite)
-  [ -z "$version" ] || args+=(--expect-stock "$version")
-  local output code=0
-  output="$(python3 "$here/../test/harness/junit_summary.py" "${args[@]}" 2>>"$logs/$report.log")" || code=$?
-  while IFS='|' read -r suite counts result; do
-    [ -n "$suite" ] || continue
-    read -r p _ f _ x _ <<<"$counts"
-    total_passed=$((total_passed + p)); total_failed=$((total_failed + f))
-    total_xfail=$((total_xfail + x))
-    [ "$result" = "${result#FAILED}" ] || result="$result, see the end of $logs/$report.log"
-    rows+=("$build|$suite|$counts|$result")
-  done <<<"$output"
-  [ "$code" -eq 0 ] || status=1
-}
-
-# Every pytest run is a job: REPORT|BUILD|VERSION (for the stock check)|PYTHON|-k EXPRESSION|ARGS.
-# Two run at a time, for two cores (each compile is single-threaded), the
-# longest first, so that neither core waits while the other has work.
-jobs=()
-if [ -n "${stock[2.11.0]:-}" ] && [ -n "${stock[2.12.0]:-}" ]; then
-  export PREGRAD_STOCK_PYTHON="${stock[2.11.0]}" PREGRAD_UPSTREAM_PYTHON="${stock[2.12.0]}"
-  jobs+=("tools|tools||${patched[2.11.0]}||test/tools")
+step "tiers by content (test/harness/content_identity.py)"
+if ! identity="$(python3 "$here/../test/harness/content_identity.py" "${identity_args[@]}" 2>>"$logs/venvs.log")"; then
+  echo "test.sh: could not compare the releases' files; see $logs/venvs.log" >&2; exit 1
 fi
+while IFS='|' read -r version level reason; do
+  tier[$version]="$level" why[$version]="$reason"
+  echo "   $version: $level tier ($reason)" >&2
+done <<<"$identity"
+
+short_jobs=()  # after the full ones: longest first
 if [ -n "$wheel_python" ]; then
-  jobs+=("wheel-2.11.0|wheel-2.11.0||$wheel_python||test/dynamo/test_installed_patched_wheel.py test/dynamo/test_pre_grad_pass_timing.py $results_suite")
+  # Its files are compared with the patched 2.11.0 copy's, which runs every suite.
+  short_jobs+=("wheel-2.11.0|wheel-2.11.0||$wheel_python|||test/dynamo/test_installed_patched_wheel.py")
 fi
 for version in "${selected[@]}"; do
-  jobs+=("patched-$version-results|patched-$version||${patched[$version]}||$results_suite")
+  if [ "${tier[$version]}" = short ]; then
+    short_jobs+=("patched-$version-short|patched-$version|patched:$version|${patched[$version]}|||test/dynamo/test_release_identification.py ${short_cells[*]}")
+    [ ${#pytest_args[@]} -gt 0 ] || short_jobs+=("stock-$version-short|stock-$version|$version|${stock[$version]}|||test/dynamo/test_release_identification.py ${stock_only_suites[*]} ${short_cells[*]}")
+    continue
+  fi
+  jobs+=("patched-$version-results|patched-$version|patched:$version|${patched[$version]}|||$results_suite")
   if [ ${#pytest_args[@]} -eq 0 ]; then
     # The random properties (stacks of modules, compile sequences under
     # autocast) prove nothing on stock (they may or may not draw a failing
-    # case); the table cells and fixed scenarios are what stock is checked on.
+    # case); the table cells and fixed scenarios are what stock is checked on,
+    # and of the results table only the cells stock must fail (conftest.py).
     # The two-process autocast test repeats on stock what the one-process
     # tests already show there, at 8-11 s of ISA probe per child: patched only.
-    # --wheel's rules need the release's own files: stock only.
-    jobs+=("stock-$version|stock-$version|$version|${stock[$version]}|not random_stacks and not under_autocast and not processes_sharing_a_cache|${dynamo_suites[*]} test/dynamo/test_patched_wheel_rules.py")
+    jobs+=("stock-$version|stock-$version|$version|${stock[$version]}|not random_stacks and not under_autocast and not processes_sharing_a_cache|PREGRAD_STOCK_DISCRIMINATING=$version|${dynamo_suites[*]} ${stock_only_suites[*]}")
   fi
-  jobs+=("patched-$version|patched-$version||${patched[$version]}||${other_suites[*]}")
+  jobs+=("patched-$version|patched-$version|patched:$version|${patched[$version]}|||${other_suites[*]}")
 done
 
-run_job() {  # run_job REPORT PYTHON EXPRESSION ARGS...: pytest, output to files
-  local report="$1" python="$2" expression="$3" begun=$SECONDS
-  local select=()
-  [ -z "$expression" ] || select=(-k "$expression")
-  # -rs: the log says why a test skipped (test/torchao.tsv's reason, say).
-  "$python" -m pytest -q -rs -p no:randomly --tb=short --junitxml="$logs/$report.xml" \
-    ${select[@]+"${select[@]}"} "${@:4}" ${pytest_args[@]+"${pytest_args[@]}"} \
-    >"$logs/$report.log" 2>&1 || true
-  printf '   done %-24s %d min %02d s\n' "$report" $(( (SECONDS - begun) / 60 )) $(( (SECONDS - begun) % 60 )) >&2
-}
-
+jobs+=(${short_jobs[@]+"${short_jobs[@]}"})
 step "${#jobs[@]} pytest runs, two at a time (logs: $logs/<build>.log)"
-running=0
-for job in "${jobs[@]}"; do
-  IFS='|' read -r report _ _ python expression args <<<"$job"
-  if [ "$running" -ge 2 ]; then
-    wait -n || true
-    running=$((running - 1))
-  fi
-  read -r -a job_args <<<"$args"
-  run_job "$report" "$python" "$expression" "${job_args[@]}" &
-  running=$((running + 1))
+for job in "${jobs[@]:${tools_started:-0}}"; do
+  start_job "$job"
 done
 wait
 
 for job in "${jobs[@]}"; do
-  IFS='|' read -r report build version _ _ _ <<<"$job"
+  IFS='|' read -r report build version _ _ _ _ <<<"$job"
   verdict "$report" "$build" "$version"
 done
 
@@ -215,6 +280,15 @@ printf '\n%-16s %-32s %-44s %s\n' build suite outcome verdict
 for row in "${rows[@]}"; do
   IFS='|' read -r label suite counts result <<<"$row"
   printf '%-16s %-32s %-44s %s\n' "$label" "$suite" "$counts" "$result"
+done
+printf '\n%-30s %-9s %s\n' job "wall time" tier
+for job in "${jobs[@]}"; do
+  IFS='|' read -r report build _ _ _ _ _ <<<"$job"
+  seconds="$(cat "$logs/$report.seconds" 2>/dev/null || echo 0)"
+  version="${build#*-}"
+  level="-"
+  [ -z "${tier[$version]:-}" ] || level="${tier[$version]}: ${why[$version]}"
+  printf '%-30s %2d:%02d     %s\n' "$report" $((seconds / 60)) $((seconds % 60)) "$level"
 done
 echo "logs: $logs ($(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s)"
 echo "expected failures on stock builds: $total_xfail (each one a defect or missing feature the tests detect)"

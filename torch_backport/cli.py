@@ -54,8 +54,12 @@ reported and reverted on its own.
   cpu-isa-probe         (opt-in) CPU warm start: the vector-ISA probe's child
                         processes stop importing torch (pytorch#183515,
                         #189900, #190561); patches/<base>/cpu-isa-probe/
-  --topic T            act on topic T (repeat it, or T1,T2, or `all`).
-                       Without it apply, --revert and --overlay act on the
+  --topic T            act on topic T (repeat it, or T1,T2; `all` is every
+                       topic, `default` the default ones, so
+                       `default,cpu-isa-probe` adds the opt-in topic to
+                       them). An unknown name is a usage error (exit 2),
+                       wherever it appears. Without it apply, --revert and
+                       --overlay act on the
                        default topics, and --status reports every topic. A
                        default topic other than pre-grad-pass-timing that has
                        no series for a release is reported as not available
@@ -76,9 +80,9 @@ Installed wheel (the torch that interpreter PY imports):
                        .torch-pregrad-backport-<topic>/ for an opt-in topic)
                        for --revert.
                        A second apply says "already applied" and exits 0.
-                       2.12.0-2.14.1 have the feature and get their results
+                       2.12.0-2.15.0 have the feature and get their results
                        fixes; a torch with the feature whose files match no
-                       series here (2.15, a vendor build) is reported and
+                       series here (a vendor build) is reported and
                        left alone; one without it whose files match no base
                        is refused, naming the files that differ. The run
                        refuses before writing if it could not write every
@@ -214,7 +218,7 @@ NEEDS = {
     "--python": "--python needs an interpreter",
     "--overlay": "--overlay needs a base, e.g. v2.11.0",
     "--out": "--out needs a directory",
-    "--topic": "--topic needs a topic name (or all)",
+    "--topic": "--topic needs a topic name (or default, or all)",
     "--wheel": "--wheel needs a torch wheel file or torch==X",
 }
 
@@ -278,11 +282,18 @@ def parse(argv: Sequence[str], default_python: Optional[str] = None) -> Request:
         if request.checkout is not None:
             raise UsageError(f"one checkout at a time (got {request.checkout} and {arg})")
         request.checkout = arg
-    for name in request.topics:
-        if not [part for part in name.split(",") if part]:
-            from torch_backport.series import topics
-            raise UsageError(f"--topic {name!r} names no topic; topics: "
-                             + ", ".join(topic.name for topic in topics()) + ", all")
+    if request.topics:
+        from torch_backport.series import topics
+        names = [topic.name for topic in topics()]
+        listed = ", ".join(names) + ", default, all"
+        for name in request.topics:
+            parts = [part for part in name.split(",") if part]
+            if not parts:
+                raise UsageError(f"--topic {name!r} names no topic; topics: {listed}")
+            for part in parts:
+                if part not in names and part not in ("all", "default"):
+                    raise UsageError(f"--topic {name!r}: unknown topic {part!r}; nothing was "
+                                     f"done; topics: {listed}")
     if (default_python is not None and request.python is None and request.checkout is None
             and request.command not in ("overlay", "wheel")):
         request.python = default_python

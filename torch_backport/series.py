@@ -145,19 +145,21 @@ def primary_topic() -> Topic:
 
 
 def select_topics(names: Optional[List[str]]) -> List[Topic]:
-    """The topics `--topic` names (in topics.tsv order; "all" is every topic);
-    without names, the default ones."""
+    """The topics `--topic` names (in topics.tsv order; "all" is every topic,
+    "default" the default ones, so `default,cpu-isa-probe` adds an opt-in
+    topic to them); without names, the default ones. Every name is checked
+    before any is taken."""
     known = topics()
     if not names:
         return [topic for topic in known if topic.applied == "default"]
     wanted = {part for name in names for part in name.split(",") if part}
-    if "all" in wanted:
-        return known
-    unknown = sorted(wanted - {topic.name for topic in known})
+    unknown = sorted(wanted - {topic.name for topic in known} - {"all", "default"})
     if unknown:
         raise Refused(f"unknown topic {unknown[0]!r}; topics: "
-                      + ", ".join(f"{t.name} ({t.applied})" for t in known))
-    return [topic for topic in known if topic.name in wanted]
+                      + ", ".join(f"{t.name} ({t.applied})" for t in known) + ", default, all")
+    return [topic for topic in known
+            if "all" in wanted or topic.name in wanted
+            or ("default" in wanted and topic.applied == "default")]
 
 
 @dataclasses.dataclass

@@ -32,6 +32,11 @@ ISA_PROBE_TESTS = {  # test -> the behaviour it needs; None: every release has i
 # stock release does with a graph traced under one autocast dtype.
 AMBIENT_DTYPE_KEYED_SINCE = (2, 13)  # enabled devices' dtype in the key, pytorch#181564
 AUTOCAST_BYPASS = {(2, 12), (2, 13)}  # _enter/_exit_autocast not cacheable (#192555 in 2.14)
+# From 2.15 upstream keys every device's autocast flag and dtype on every graph
+# (_record_runtime_state, #191106): no stale hit, but a graph without a region
+# misses under another ambient dtype. The project has no series there (the
+# topic reports "has the feature"), so patched 2.15 misses the same way.
+AMBIENT_DTYPE_KEYED_ON_EVERY_GRAPH_SINCE = (2, 15)
 # test -> the stock releases it passes on, as a rule of the two facts above;
 # the dtype an in-graph region without a dtype resolves is keyed by no release.
 AUTOCAST_TESTS = {
@@ -45,7 +50,8 @@ AUTOCAST_TESTS = {
         lambda rel: rel >= AMBIENT_DTYPE_KEYED_SINCE,
     "test_call_site_region_misses_under_another_dtype":
         lambda rel: rel >= AMBIENT_DTYPE_KEYED_SINCE,
-    "test_autocast_free_graph_keeps_its_hit_under_another_ambient_dtype": lambda rel: True,
+    "test_autocast_free_graph_keeps_its_hit_under_another_ambient_dtype":
+        lambda rel: rel < AMBIENT_DTYPE_KEYED_ON_EVERY_GRAPH_SINCE,
     "test_module_with_an_autocast_disabled_region_hits_on_a_warm_compile":
         lambda rel: rel not in AUTOCAST_BYPASS,
 }
@@ -103,6 +109,8 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
         return "pass" if AUTOCAST_TESTS[test_name](release(version)) else "fail"
     if test_file == "test_release_identification.py":
         return "pass"  # the tool's choice of series, on stock and patched alike
+    if test_file == "test_real_install_round_trip.py":
+        return "pass"  # apply / --status / --revert of a copy of the stock install
     if test_file == "test_patched_wheel_rules.py":
         return "pass"  # --wheel on a small wheel of the stock files: the tool's rules
     if test_file == "test_torchao_quant_lift_up.py":
@@ -132,4 +140,15 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
         return "fail"  # a conv with another use gets the BN folded in: every release
     if has_feature and cell["model"] in CONV_BN_MODELS and cell["timing"] != "early":
         return "fail"  # late passes swap the conv after its weights were captured
+    return "pass"
+
+
+def expected_patched_outcome(version: str, test_file: str, test_name: str) -> str:
+    """"pass" or "fail" for a test on a patched torch `version`: every test
+    passes, except where a release has a topic's change upstream in a shape
+    the test asks more of than correctness (a needless miss, no wrong result)."""
+    if (test_file == "test_autocast_cache.py"
+            and test_name == "test_autocast_free_graph_keeps_its_hit_under_another_ambient_dtype"
+            and release(version) >= AMBIENT_DTYPE_KEYED_ON_EVERY_GRAPH_SINCE):
+        return "fail"
     return "pass"

@@ -1,6 +1,12 @@
 """The patched torch 2.11.0 wheel, built by `scripts/apply.sh --wheel
 torch==2.11.0` from the release wheel and installed by pip: scripts/test.sh's
-wheel job runs this file and the behaviour and results suites in that venv.
+wheel job runs this file in that venv.
+
+The behaviour and results suites are not run here again: every file the
+wheel installed is compared, sha256 for sha256, with the patched 2.11.0 copy
+(PREGRAD_PATCHED_COPY_PYTHON), which runs every suite. The copy has every
+topic and the wheel the default ones, so the files of the other topics are
+the only ones that may differ, and there they equal the release's RECORD.
 
 PREGRAD_PATCHED_WHEEL names the wheel the venv was installed from; without
 it (any other run) these tests skip.
@@ -8,6 +14,7 @@ it (any other run) these tests skip.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,10 +24,18 @@ from importlib import metadata
 from pathlib import Path
 
 from torch_backport.patched_wheel import file_sha256 as sha256
+from torch_backport.series import topic_files, topics
 
 REPO = Path(__file__).resolve().parents[2]
 APPLY = REPO / "scripts" / "apply.sh"
 WHEEL = os.environ.get("PREGRAD_PATCHED_WHEEL", "")
+PATCHED_COPY = os.environ.get("PREGRAD_PATCHED_COPY_PYTHON", "")
+
+
+def site_packages(python: str) -> Path:
+    return Path(subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True).stdout.strip())
 
 
 @unittest.skipUnless(WHEEL, "run by scripts/test.sh's wheel job (PREGRAD_PATCHED_WHEEL)")
@@ -42,6 +57,25 @@ class InstalledPatchedWheelTests(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertEqual(result.stdout.count("patched: installed from a patched wheel"), 2,
                          result.stdout)
+
+    @unittest.skipUnless(PATCHED_COPY, "needs the patched copy (PREGRAD_PATCHED_COPY_PYTHON)")
+    def test_every_installed_file_equals_the_patched_copy_but_other_topics(self) -> None:
+        torch = metadata.distribution("torch")
+        built = json.loads(torch.read_text("PREGRAD_BACKPORT.json") or "{}")
+        not_in_wheel = {rel for topic in topics() if topic.name not in built["topics"]
+                        for rel in topic_files(topic)}
+        ours, copy = Path(str(torch.locate_file(""))), site_packages(PATCHED_COPY)
+        compared, differing = 0, []
+        for entry in torch.files or []:
+            rel = entry.as_posix()
+            if entry.hash is None or rel.startswith("../") or ".dist-info/" in rel:
+                continue  # compiled files, entry-point scripts, the renamed dist-info
+            compared += 1
+            if sha256(ours / rel) != sha256(copy / rel):
+                differing.append(rel)
+        self.assertGreater(compared, 1000)
+        self.assertEqual(sorted(differing), sorted(rel for rel in not_in_wheel
+                                                   if (ours / rel).is_file()))
 
     def test_a_rebuild_from_the_same_release_wheel_has_the_same_sha256(self) -> None:
         with tempfile.TemporaryDirectory(prefix="pregrad-rebuild-") as out:

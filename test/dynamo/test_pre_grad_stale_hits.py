@@ -30,6 +30,7 @@ from torch._inductor import config as inductor_config
 from torch._inductor.utils import fresh_cache
 
 from pregrad_passes import count_run_pre_grad_passes, ScaleOutputPass
+from stock_expectations import AMBIENT_DTYPE_KEYED_ON_EVERY_GRAPH_SINCE, release
 
 TIMINGS = ["unset", "default", "early", "late"]
 PASS_KINDS = ["none", "uuid", "uuid_none", "plain_callable"]
@@ -173,6 +174,7 @@ def mm(m: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
 
 AUTOCAST_FORMS = ["none", "region", "call_site", "both"]
 AMBIENT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+KEYS_AMBIENT_ON_EVERY_GRAPH = release(torch.__version__) >= AMBIENT_DTYPE_KEYED_ON_EVERY_GRAPH_SINCE
 
 
 class AutocastCompileSequence(CompileSequence):
@@ -182,7 +184,8 @@ class AutocastCompileSequence(CompileSequence):
     around the call (on/off). Every result is compared with eager under the
     same settings, dtype included; the key the model expects covers the
     ambient dtype exactly when a region or the call site takes it, so a graph
-    without autocast keeps its hits whatever the ambient dtype."""
+    without autocast keeps its hits whatever the ambient dtype (from 2.15,
+    where upstream keys it on every graph, always)."""
 
     @initialize()
     def start(self) -> None:
@@ -225,7 +228,9 @@ class AutocastCompileSequence(CompileSequence):
         scale = factor if kind != "none" else 1.0
         torch.testing.assert_close(result, expected * scale)
 
-        takes_ambient = ambient if region or call_site else None
+        # From 2.15 upstream keys the ambient dtype of every graph (#191106),
+        # and the project leaves that keying alone there.
+        takes_ambient = ambient if region or call_site or KEYS_AMBIENT_ON_EVERY_GRAPH else None
         key = (*pass_key(resolved, custom, scale), region, call_site, takes_ambient)
         self.expect_hit_or_miss(key, hits_before, misses_before)
 

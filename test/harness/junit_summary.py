@@ -1,6 +1,7 @@
 """Read a pytest --junitxml report for scripts/test.sh and run-upstream-tests.sh.
 
 Usage: python3 test/harness/junit_summary.py REPORT.xml --by-suite [--expect-stock VERSION]
+       python3 test/harness/junit_summary.py REPORT.xml --by-suite --expect-patched VERSION
        python3 test/harness/junit_summary.py --compare STOCK.xml PATCHED.xml
 
 --by-suite prints one "file|N passed, N failed, N expected-fail|verdict" line
@@ -8,7 +9,9 @@ per test file of the report. Without --expect-stock every test must pass;
 with it, each test must have the outcome that test/dynamo/stock_expectations.py
 gives for stock torch VERSION: a test that passes where the defect it checks
 is present, or fails where it is not, is listed and the exit status is 1.
-Errors count as failures.
+With --expect-patched, every test must pass except where
+stock_expectations.expected_patched_outcome says otherwise for patched torch
+VERSION. Errors count as failures.
 
 --compare prints each build's counts, then the tests that pass on stock torch
 but fail on patched torch (regressions; exit 1 if any) and those fixed the
@@ -34,18 +37,20 @@ def by_test(report: str) -> dict[str, str]:
     return result
 
 
-def by_suite(report: str, version: str | None) -> int:
+def by_suite(report: str, version: str | None, patched: str | None = None) -> int:
     """One line per test file: "file|counts|verdict". Without `version` every
     test must pass; with it, each must do what stock_expectations.py says for
     stock torch `version`. Tests that do otherwise go to stderr; exit 1 then."""
-    from stock_expectations import expected_outcome
+    from stock_expectations import expected_outcome, expected_patched_outcome
 
     suites: dict[str, list[int]] = {}
     wrong: list[str] = []
     for test, outcome in by_test(report).items():
         module = test.split("::", 1)[0].rsplit(".", 2)[-2] + ".py"
         name = test.split("::", 1)[1]
-        expected = expected_outcome(version, module, name) if version else "pass"
+        expected = (expected_outcome(version, module, name) if version
+                    else expected_patched_outcome(patched, module, name) if patched
+                    else "pass")
         counts = suites.setdefault(module, [0, 0, 0, 0])  # passed, failed, xfail, skipped
         if outcome == "skipped":
             counts[3] += 1
@@ -96,6 +101,8 @@ def main(argv: list[str]) -> int:
         return by_suite(argv[0], None)
     if len(argv) == 4 and argv[1:3] == ["--by-suite", "--expect-stock"]:
         return by_suite(argv[0], argv[3])
+    if len(argv) == 4 and argv[1:3] == ["--by-suite", "--expect-patched"]:
+        return by_suite(argv[0], None, argv[3])
     print(__doc__.strip(), file=sys.stderr)
     return 2
 

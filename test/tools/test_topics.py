@@ -14,8 +14,8 @@ import unittest
 
 import torch_backport.series as model
 from checkout_repo import make_checkout, site_of
-from fake_install import (AUTOCAST, copy_project, FakeInstall, ISA_PROBE, make_fake_install,
-                          ScratchTestCase, source_python, STATE_DIRNAME, STOCK, TOUCHED, UPSTREAM)
+from fake_install import (AUTOCAST, copy_project, FakeInstall, INSTALLED, ISA_PROBE,
+                          make_fake_install, ScratchTestCase, source_python, STATE_DIRNAME, STOCK, TOUCHED, UPSTREAM)
 
 ISA = model.select_topics(["cpu-isa-probe"])[0]
 
@@ -138,15 +138,36 @@ they cannot be applied together; nothing was changed
 """)
         self.assertEqual(install.snapshot(), before)
 
-    def test_unknown_topic_is_refused_naming_the_topics(self) -> None:
+    def test_unknown_topic_is_a_usage_error_naming_the_topics(self) -> None:
         install = self.install()
         before = install.snapshot()
         code, output = install.run("--topic", "cpu-isa")
-        self.assertEqual(code, 1)
+        self.assertEqual(code, 2)
         self.assertExpectedInline(output, """\
-error: unknown topic 'cpu-isa'; topics: pre-grad-pass-timing (default), autocast-cache-key (default), cpu-isa-probe (opt-in)
+apply.sh: --topic 'cpu-isa': unknown topic 'cpu-isa'; nothing was done; topics: pre-grad-pass-timing, autocast-cache-key, cpu-isa-probe, default, all
+(see scripts/apply.sh --help)
 """)
         self.assertEqual(install.snapshot(), before)
+
+    def test_unknown_topic_beside_all_is_a_usage_error_wherever_it_appears(self) -> None:
+        install = self.install()
+        before = install.snapshot()
+        for args in (("--topic", "all,bogus"), ("--topic", "bogus", "--topic", "all"),
+                     ("--revert", "--topic", "all,bogus"), ("--status", "--topic", "default,bogus")):
+            with self.subTest(args=args):
+                code, output = install.run(*args)
+                self.assertEqual(code, 2, output)
+                self.assertIn("unknown topic 'bogus'; nothing was done", output)
+                self.assertEqual(install.snapshot(), before)
+
+    def test_default_plus_an_opt_in_topic_applies_all_three(self) -> None:
+        install = self.install()
+        before = install.snapshot()
+        code, output = install.run("--topic", "default,cpu-isa-probe")
+        self.assertEqual(code, 0, output)
+        after = install.snapshot()
+        self.assertEqual(sorted(rel for rel in INSTALLED if after[rel] != before[rel]),
+                         INSTALLED)
 
     def vendor_probe_build(self) -> FakeInstall:
         """A vendor's 2.12 build: its cpu_vec_isa.py is no release's, so the

@@ -1,0 +1,93 @@
+"""The guard of scripts/test.sh's tiers (test/harness/content_identity.py):
+a release gets the short tier only while its installed files equal another
+tested release's, version stamps and what IGNORED lists aside; one changed
+byte anywhere else puts it back on the full tier.
+
+The installs are small sites with the shape of a real one: a torch dist-info
+whose RECORD lists the files, a version.py, a CPU library embedding the
+version stamps, a CUDA library and another distribution.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from fake_install import REPO, ScratchTestCase
+
+sys.path.insert(0, str(REPO / "test" / "harness"))
+from content_identity import IGNORED, tiers  # noqa: E402
+
+COMMIT = {"2.12.0": "a" * 40, "2.12.1": "b" * 40, "2.11.0": "c" * 40}
+
+
+def make_site(root: Path, release: str, edits: dict[str, bytes] | None = None,
+              numpy: str = "2.4.6") -> Path:
+    site = root / release
+    stamp, commit = f"{release}+cu130".encode(), COMMIT[release].encode()
+    files = {
+        "torch/__init__.py": b"from torch.version import __version__\n",
+        "torch/_inductor/config.py": b"pre_grad_pass_timing: str = 'default'\n",
+        "torch/version.py": b"__version__ = '" + stamp + b"'\ngit_version = '" + commit + b"'\n",
+        "torch/lib/libtorch_cpu.so": b"\x7fELF cpu " + stamp + b" code " + commit + b" end",
+        "torch/lib/libtorch_cuda.so": b"\x7fELF cuda kernels " + stamp,
+        "torch/testing/_internal/common_mps.py": b"MPS_ONLY = 1\n",
+        **(edits or {}),
+    }
+    dist_info = site / f"torch-{release}.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {release}\n")
+    (dist_info / "RECORD").write_text("".join(f"{rel},,\n" for rel in files)
+                                      + f"{dist_info.name}/RECORD,,\n")
+    for rel, data in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes(data)
+    other = site / f"numpy-{numpy}.dist-info"
+    other.mkdir()
+    (other / "METADATA").write_text(f"Metadata-Version: 2.1\nName: numpy\nVersion: {numpy}\n")
+    return site
+
+
+class ContentIdentityTest(ScratchTestCase):
+    def levels(self, *sites: tuple[str, Path]) -> list[tuple[str, str]]:
+        return [(release, level) for release, level, _ in tiers(sites)]
+
+    def test_releases_that_differ_only_in_version_stamps_share_one_full_run(self) -> None:
+        result = tiers([("2.12.0", make_site(self.tmp, "2.12.0")),
+                        ("2.12.1", make_site(self.tmp, "2.12.1"))])
+        self.assertEqual([(r, level) for r, level, _ in result],
+                         [("2.12.0", "short"), ("2.12.1", "full")])
+        self.assertIn("same content as 2.12.1", result[0][2])
+        self.assertIn("content shared with 2.12.0", result[1][2])
+
+    def test_a_changed_python_file_puts_the_release_back_on_the_full_tier(self) -> None:
+        edited = {"torch/_inductor/config.py": b"pre_grad_pass_timing: str = 'late'\n"}
+        self.assertEqual(self.levels(("2.12.0", make_site(self.tmp, "2.12.0")),
+                                     ("2.12.1", make_site(self.tmp, "2.12.1", edited))),
+                         [("2.12.0", "full"), ("2.12.1", "full")])
+
+    def test_a_changed_cpu_library_byte_outside_the_stamps_puts_it_back(self) -> None:
+        library = b"\x7fELF cpu 2.12.1+cu130 CODE " + COMMIT["2.12.1"].encode() + b" end"
+        self.assertEqual(self.levels(
+            ("2.12.0", make_site(self.tmp, "2.12.0")),
+            ("2.12.1", make_site(self.tmp, "2.12.1", {"torch/lib/libtorch_cpu.so": library}))),
+            [("2.12.0", "full"), ("2.12.1", "full")])
+
+    def test_another_dependency_version_puts_it_back(self) -> None:
+        self.assertEqual(self.levels(("2.12.0", make_site(self.tmp, "2.12.0")),
+                                     ("2.12.1", make_site(self.tmp, "2.12.1", numpy="2.4.5"))),
+                         [("2.12.0", "full"), ("2.12.1", "full")])
+
+    def test_cuda_libraries_and_torchs_own_test_helpers_are_ignored(self) -> None:
+        edits = {"torch/lib/libtorch_cuda.so": b"\x7fELF other cuda kernels",
+                 "torch/testing/_internal/common_mps.py": b"MPS_ONLY = 2\n"}
+        self.assertEqual(self.levels(("2.12.0", make_site(self.tmp, "2.12.0")),
+                                     ("2.12.1", make_site(self.tmp, "2.12.1", edits))),
+                         [("2.12.0", "short"), ("2.12.1", "full")])
+        self.assertEqual(len(IGNORED), 5)
+
+    def test_the_same_files_with_other_series_in_the_release_table_run_in_full(self) -> None:
+        # test/releases.tsv gives 2.11.0 and 2.12.0 other series: no shared run.
+        self.assertEqual(self.levels(("2.11.0", make_site(self.tmp, "2.11.0")),
+                                     ("2.12.0", make_site(self.tmp, "2.12.0"))),
+                         [("2.11.0", "full"), ("2.12.0", "full")])

@@ -666,6 +666,9 @@ class CheckoutMode:
     def is_applied(self, topic: Topic) -> bool:
         return False
 
+    def unapplied_defaults(self, chosen: List[Topic]) -> List[str]:
+        return []  # a tree's --status counts each topic's commits itself
+
     def after_revert(self, chosen: List[Topic], named: bool) -> None:
         pass
 

@@ -45,6 +45,12 @@ class Mode(Protocol):
 
     def after_revert(self, chosen: List[Topic], named: bool) -> None: ...
 
+    def unapplied_defaults(self, chosen: List[Topic]) -> List[str]:
+        """The default topics that are pristine, with a series here, while
+        another default topic is applied: a partly applied target (--status
+        exit 1)."""
+        ...
+
     def interrupted(self) -> Optional[str]:
         """What to say on Ctrl-C (exit 130); None lets it propagate."""
         ...
@@ -76,7 +82,14 @@ def run(command: str, names: Optional[List[str]], check: bool,
                 if number:
                     print()
                 results.append(mode.status(topic, named))
-            return max(results)
+            code = max(results)
+            missing = [] if code or named else mode.unapplied_defaults(chosen)
+            if missing:
+                print(f"\npartly applied: default topic {', '.join(missing)} is pristine while "
+                      "another default topic is applied; apply without --topic applies "
+                      "it (--topic default,NAME adds an opt-in topic)")
+                return 1
+            return code
         act = mode.apply if command == "apply" else mode.revert
         with mode.session():
             if len(chosen) > 1:

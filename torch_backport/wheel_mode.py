@@ -748,6 +748,19 @@ class InstallMode:
     def is_applied(self, topic: Topic) -> bool:
         return inspect(self.install.for_topic(topic)).state == "patched"
 
+    def unapplied_defaults(self, chosen: List[Topic]) -> List[str]:
+        states = {}
+        for topic in chosen:
+            try:
+                states[topic.name] = inspect(self.install.for_topic(topic)).state
+            except Refused:
+                states[topic.name] = "unsupported"
+        defaults = [topic.name for topic in chosen if topic.applied == "default"]
+        if not {states[name] for name in defaults} & {"patched", "patched-wheel",
+                                                       "patched-no-backups"}:
+            return []  # no default topic applied: stock, or an opt-in topic alone
+        return [name for name in defaults if states[name] == "pristine"]
+
     def after_revert(self, chosen: List[Topic], named: bool) -> None:
         if not named:
             note_other_topics(self.install, chosen)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import unittest.mock
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,22 @@ from typing import Any
 import torch
 from torch._dynamo.utils import counters
 from torch._inductor.custom_graph_pass import CustomGraphPass
+
+
+# A child process of a test that is not about the CPU vector-ISA probe takes
+# the ISAs /proc/cpuinfo lists as working (Inductor's own knob, read by every
+# release) instead of probing them: on stock 2.9-2.12 the probe costs each
+# child 8-11 s. Every child of a test sets it alike, so their cache keys
+# agree; test_cpu_isa_probe.py runs the real probe, and checks its answer.
+SKIP_ISA_PROBE = {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
+
+
+def child_environment(here: os.PathLike[str] | str, **extra: str) -> dict[str, str]:
+    """os.environ (with the test's fresh cache directory) for a child that
+    imports the test helpers in `here`, without the ISA probe."""
+    env = {**os.environ, **SKIP_ISA_PROBE, **extra}
+    env["PYTHONPATH"] = os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])
+    return env
 
 
 class CountingPass(CustomGraphPass):

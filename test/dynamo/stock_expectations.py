@@ -37,13 +37,15 @@ AUTOCAST_BYPASS = {(2, 12), (2, 13)}  # _enter/_exit_autocast not cacheable (#19
 # misses under another ambient dtype. The project has no series there (the
 # topic reports "has the feature"), so patched 2.15 misses the same way.
 AMBIENT_DTYPE_KEYED_ON_EVERY_GRAPH_SINCE = (2, 15)
-# test -> the stock releases it passes on, as a rule of the two facts above;
-# the dtype an in-graph region without a dtype resolves is keyed by no release.
+# test -> the stock releases it passes on, as a rule of the facts above; the
+# dtype an in-graph region without a dtype resolves is keyed by no release
+# before 2.15, which keys it on every graph.
 AUTOCAST_TESTS = {
     # A bypass recompiles, so the result is right where the region is not cached.
     "test_region_without_dtype_follows_the_ambient_dtype_on_a_warm_cache":
-        lambda rel: rel in AUTOCAST_BYPASS,
-    "test_region_without_dtype_misses_under_another_ambient_dtype": lambda rel: False,
+        lambda rel: rel in AUTOCAST_BYPASS or rel >= AMBIENT_DTYPE_KEYED_ON_EVERY_GRAPH_SINCE,
+    "test_region_without_dtype_misses_under_another_ambient_dtype":
+        lambda rel: rel >= AMBIENT_DTYPE_KEYED_ON_EVERY_GRAPH_SINCE,
     "test_region_without_dtype_hits_under_the_same_ambient_dtype":
         lambda rel: rel not in AUTOCAST_BYPASS,
     "test_call_site_region_follows_its_dtype_on_a_warm_cache":

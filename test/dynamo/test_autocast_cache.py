@@ -20,7 +20,6 @@ tests fail on which stock release.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +31,7 @@ from torch._inductor import config as inductor_config
 from torch._inductor.test_case import TestCase
 
 from autocast_models import aot_counts, matmul_in_region, matmul_relu, operands, RotaryStyle
+from pregrad_passes import child_environment
 
 HERE = Path(__file__).resolve().parent
 
@@ -112,8 +112,7 @@ class AutocastCacheTests(TestCase):
     def test_processes_sharing_a_cache_get_their_own_autocast_dtype(self) -> None:
         """A second process under float16 on the cache a bfloat16 process
         filled misses, in both forms, and returns float16."""
-        env = dict(os.environ)  # carries this test's fresh TORCHINDUCTOR_CACHE_DIR
-        env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+        env = child_environment(HERE)  # carries this test's fresh TORCHINDUCTOR_CACHE_DIR
 
         def run_child(dtype: str) -> list[dict[str, object]]:
             result = subprocess.run([sys.executable, str(HERE / "autocast_child.py"), dtype],

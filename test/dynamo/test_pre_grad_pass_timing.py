@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import unittest.mock
@@ -29,6 +28,7 @@ from torch.testing._internal.common_utils import (
 
 from pregrad_passes import (
     cache_counts,
+    child_environment,
     count_run_pre_grad_passes,
     CountingPass,
     plain_callable_pass,
@@ -308,8 +308,7 @@ pre_grad_custom_pass CountingPass does not implement uuid(); falling back to ear
     def test_warm_start_in_a_second_process(self) -> None:
         """A new process sharing the cache directory hits without running the
         pre-grad passes; a changed uuid there misses and runs them."""
-        env = dict(os.environ)  # carries this test's fresh TORCHINDUCTOR_CACHE_DIR
-        env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+        env = child_environment(HERE)  # carries this test's fresh TORCHINDUCTOR_CACHE_DIR
 
         def run_child(*uuids: str) -> list[dict[str, int]]:
             result = subprocess.run(

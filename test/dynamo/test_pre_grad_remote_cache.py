@@ -11,7 +11,6 @@ pre-grad pass, under early it runs them, and a changed uuid misses.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -21,6 +20,8 @@ import time
 from pathlib import Path
 
 from torch._inductor.test_case import TestCase
+
+from pregrad_passes import child_environment
 
 HERE = Path(__file__).resolve().parent
 REDIS_SERVER = shutil.which("redis-server")
@@ -65,15 +66,14 @@ class RemoteCacheTests(TestCase):
         """One compile process with an empty local cache directory of its own."""
         local = tempfile.mkdtemp(prefix="pregrad-machine-")
         self.addCleanup(shutil.rmtree, local, True)
-        env = {
-            **os.environ,
-            "TORCHINDUCTOR_CACHE_DIR": local,
-            "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1",
-            "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE": "1",
-            "TORCHINDUCTOR_REDIS_HOST": "127.0.0.1",
-            "TORCHINDUCTOR_REDIS_PORT": str(self.port),
-            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-        }
+        env = child_environment(
+            HERE,
+            TORCHINDUCTOR_CACHE_DIR=local,
+            TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE="1",
+            TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE="1",
+            TORCHINDUCTOR_REDIS_HOST="127.0.0.1",
+            TORCHINDUCTOR_REDIS_PORT=str(self.port),
+        )
         result = subprocess.run([sys.executable, str(HERE / "compile_child.py"), *scenarios],
                                 env=env, capture_output=True, text=True, timeout=900)
         self.assertEqual(result.returncode, 0, result.stderr[-4000:])

@@ -168,6 +168,19 @@ apply.sh: --topic 'cpu-isa': unknown topic 'cpu-isa'; nothing was done; topics: 
         after = install.snapshot()
         self.assertEqual(sorted(rel for rel in INSTALLED if after[rel] != before[rel]),
                          INSTALLED)
+        code, output = install.run("--status")
+        self.assertEqual(code, 0, output)
+
+    def test_status_fails_when_a_default_topic_is_left_out_of_an_applied_install(self) -> None:
+        """The README's old Dockerfile line: naming topics replaced the defaults."""
+        install = self.install()
+        code, output = install.run("--topic", "pre-grad-pass-timing", "--topic", "cpu-isa-probe")
+        self.assertEqual(code, 0, output)
+        code, output = install.run("--status")
+        self.assertEqual(code, 1, output)
+        self.assertIn("partly applied: default topic autocast-cache-key is pristine", output)
+        self.assertEqual(install.run()[0], 0)  # a plain apply adds it
+        self.assertEqual(install.run("--status")[0], 0)
 
     def vendor_probe_build(self) -> FakeInstall:
         """A vendor's 2.12 build: its cpu_vec_isa.py is no release's, so the

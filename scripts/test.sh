@@ -240,7 +240,9 @@ for version in "${selected[@]}"; do
   identity_args+=("$version=$(site_of "${stock[$version]}")")
 done
 step "tiers by content (test/harness/content_identity.py)"
-if ! identity="$(python3 "$here/../test/harness/content_identity.py" "${identity_args[@]}" 2>>"$logs/venvs.log")"; then
+# A test venv's python: it has pyelftools (requirements/test.txt).
+if ! identity="$("${stock[${selected[0]}]}" "$here/../test/harness/content_identity.py" \
+                 "${identity_args[@]}" 2>>"$logs/venvs.log")"; then
   echo "test.sh: could not compare the releases' files; see $logs/venvs.log" >&2; exit 1
 fi
 while IFS='|' read -r version level reason; do

@@ -1,6 +1,7 @@
 """Which tested releases run the same CPU code: the guard of scripts/test.sh's tiers.
 
-Usage: python3 test/harness/content_identity.py RELEASE=SITE_PACKAGES ...
+Usage: PY test/harness/content_identity.py RELEASE=SITE_PACKAGES ...
+(PY: a test venv's python; it needs pyelftools, from requirements/test.txt)
 
 The real-compile suites run in full once per distinct content. Two stock
 installs have the same content when every torch Python file, every CPU
@@ -11,8 +12,9 @@ from the version strings, so a release whose files change is back on the full
 tier the moment they do.
 
 Prints one line per release, in the order given: RELEASE|full|why or
-RELEASE|short|why. In a group of releases with one content the newest runs
-the full tier and the others the short one.
+RELEASE|short|why. Of the releases with one content one runs the full tier,
+the others the short one: the one a series is cut against (patches/v2.12.0
+for 2.12.0 and 2.12.1), else the newest.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, Iterable, List, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+from elftools.elf.constants import SH_FLAGS
+from elftools.elf.elffile import ELFFile
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASES = REPO / "test" / "releases.tsv"
@@ -33,36 +38,54 @@ IGNORED = {
     "torch/version.py":
         "the release's version and git commit stamps (nothing else is in it)",
     "version stamps in CPU libraries":
-        "the bytes of version.py's __version__ and git_version wherever a CPU "
-        "library embeds them (2.12.0 and 2.12.1's libtorch_cpu.so differ in 36 "
-        "such bytes)",
+        "at a byte where two libraries differ, one of the release's stamps in "
+        "each: its version ('2.12.1+cu130', '2.12.1'), git commit, the packed "
+        "(patch, minor, major) bytes, and '.<patch>' (a string the compiler "
+        "splits into immediates); 2.12.0 and 2.12.1's libtorch_cpu.so differ "
+        "only there in what is loaded",
+    "what a CPU library does not load":
+        "sections outside the loaded image (.symtab, .strtab: the same symbols "
+        "in another order) and .note.gnu.build-id (a hash of the file)",
     "torch/testing/_internal/":
         "helpers of torch's own test suite, which this project's tests do not "
         "import (2.14.0 and 2.14.1 differ in an MPS-only one)",
-    "CUDA libraries (torch/lib/ names with cuda, cudnn, nccl, nvrtc, cupti, cusparse, cublas, cufft, curand, cusolver, nvshmem)":
+    "CUDA libraries (torch/lib/ names with cuda, cudnn, nccl, nvrtc, cupti, "
+    "cusparse, cublas, cufft, curand, cusolver, nvshmem)":
         "their kernels never run: the test machines have no CUDA device",
     "distributions nvidia-*, cuda-*, triton":
         "GPU-only: with no CUDA device Inductor generates C++ for the CPU",
 }
 IGNORED_PREFIXES = ("torch/testing/_internal/",)
-CUDA_LIBRARY = re.compile(r"cuda|cudnn|nccl|nvrtc|cupti|cusparse|cublas|cufft|curand|cusolver|nvshmem")
+CUDA_LIBRARY = re.compile(r"cuda|cudnn|nccl|nvrtc|cupti|cusparse|cublas|cufft|curand|"
+                          r"cusolver|nvshmem")
 GPU_DISTRIBUTION = re.compile(r"^(nvidia-.*|cuda-.*|triton)$")
+CHUNK = 1 << 16
 
 
 @dataclass(frozen=True)
-class Content:
-    """What one stock install runs on the CPU."""
-    digest: str
+class Install:
+    release: str
+    site: Path
+    stamps: Tuple[bytes, ...]  # see version_stamps
+    digest: str  # the Python files, the libraries' names, the other distributions
     python_files: int
-    libraries: int
+    libraries: Tuple[str, ...]
     distributions: int
 
 
-def version_stamps(site: Path) -> List[bytes]:
-    """__version__ and git_version of the install's torch/version.py."""
+def version_stamps(site: Path) -> Tuple[bytes, ...]:
+    """The forms in which a build embeds its version: full, public, git
+    commit, (patch, minor, major) bytes, ".<patch>"."""
     text = (site / "torch" / "version.py").read_text()
-    return [match.encode() for match in
-            re.findall(r"^(?:__version__|git_version)\b[^=]*=\s*['\"]([^'\"]+)['\"]", text, re.M)]
+    found = dict(re.findall(r"^(__version__|git_version)\b[^=]*=\s*['\"]([^'\"]+)['\"]",
+                            text, re.M))
+    full, commit = found.get("__version__", ""), found.get("git_version", "")
+    public = full.split("+", 1)[0]
+    parts = [int(part) for part in public.split(".")[:3] if part.isdigit()]
+    packed = bytes(reversed(parts)) if len(parts) == 3 and max(parts) < 256 else b""
+    patch = f".{parts[2]}".encode() if len(parts) == 3 else b""
+    return tuple(stamp.encode() if isinstance(stamp, str) else stamp
+                 for stamp in (full, public, commit, packed, patch))
 
 
 def compared_files(site: Path) -> Tuple[List[str], List[str]]:
@@ -91,19 +114,54 @@ def other_distributions(site: Path) -> List[str]:
     return sorted(found)
 
 
-def content(site: Path) -> Content:
-    stamps = version_stamps(site)
+def read_install(release: str, site: Path) -> Install:
     python, libraries = compared_files(site)
     others = other_distributions(site)
     whole = hashlib.sha256()
-    for rel in python + libraries:
-        data = (site / rel).read_bytes()
-        if rel in libraries:
-            for stamp in stamps:
-                data = data.replace(stamp, b"\0" * len(stamp))
-        whole.update(f"{rel}\0{hashlib.sha256(data).hexdigest()}\n".encode())
-    whole.update("\n".join(others).encode())
-    return Content(whole.hexdigest(), len(python), len(libraries), len(others))
+    for rel in python:
+        whole.update(f"{rel}\0{hashlib.sha256((site / rel).read_bytes()).hexdigest()}\n".encode())
+    whole.update("\n".join(libraries + others).encode())
+    return Install(release, site, version_stamps(site), whole.hexdigest(), len(python),
+                   tuple(libraries), len(others))
+
+
+def loaded_sections(path: Path) -> Optional[List[Tuple[str, bytes]]]:
+    """(name, bytes) of each section the loader maps, build-id aside; None
+    if `path` is not an ELF file."""
+    with path.open("rb") as stream:
+        try:
+            elf = ELFFile(stream)
+        except Exception:  # pyelftools raises its own ELFError and struct errors
+            return None
+        return [(section.name, section.data()) for section in elf.iter_sections()
+                if section["sh_flags"] & SH_FLAGS.SHF_ALLOC
+                and section["sh_type"] != "SHT_NOBITS"
+                and section.name != ".note.gnu.build-id"]
+
+
+def differing_bytes(a: bytes, b: bytes) -> Iterator[int]:
+    for start in range(0, len(a), CHUNK):
+        if a[start:start + CHUNK] != b[start:start + CHUNK]:
+            yield from (i for i in range(start, min(start + CHUNK, len(a))) if a[i] != b[i])
+
+
+def same_library(a: Install, b: Install, rel: str) -> bool:
+    """Whether library `rel` of `a` and `b` load the same bytes, where one
+    differs from the other only inside a version stamp of each."""
+    left, right = a.site / rel, b.site / rel
+    if left.read_bytes() == right.read_bytes():
+        return True
+    ours, theirs = loaded_sections(left), loaded_sections(right)
+    if ours is None or theirs is None or [(n, len(d)) for n, d in ours] != [
+            (n, len(d)) for n, d in theirs]:
+        return False
+    pairs = [(x, y) for x, y in zip(a.stamps, b.stamps) if x and len(x) == len(y) and x != y]
+    for (_, data), (_, other) in zip(ours, theirs):
+        for i in differing_bytes(data, other):
+            if not any(data[i - k:i - k + len(x)] == x and other[i - k:i - k + len(y)] == y
+                       for x, y in pairs for k in range(len(x)) if i - k >= 0):
+                return False
+    return True
 
 
 def series_rows() -> Dict[str, str]:
@@ -116,35 +174,38 @@ def series_rows() -> Dict[str, str]:
     return rows
 
 
-def release_key(release: str) -> Tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", release))
+def reference_first(release: str) -> Tuple[bool, Tuple[int, ...]]:
+    """Sort key, descending: a series base first, then the newest."""
+    return ((REPO / "patches" / f"v{release}").is_dir(),
+            tuple(int(part) for part in re.findall(r"\d+", release)))
 
 
-def tiers(sites: Iterable[Tuple[str, Path]]) -> List[Tuple[str, str, str]]:
+def tiers(sites: Sequence[Tuple[str, Path]]) -> List[Tuple[str, str, str]]:
     """(release, "full" or "short", why) for each release, in the given order."""
-    given = list(sites)
     rows = series_rows()
-    contents = {release: content(site) for release, site in given}
-    groups: Dict[Tuple[str, str], List[str]] = {}
-    for release, _ in given:
-        groups.setdefault((contents[release].digest, rows.get(release, "")), []).append(release)
-    result = []
-    for release, _ in given:
-        group = groups[(contents[release].digest, rows.get(release, ""))]
-        newest = max(group, key=release_key)
-        found = contents[release]
-        if release == newest:
-            others = sorted(set(group) - {release}, key=release_key)
-            why = (f"content shared with {', '.join(others)}" if others
-                   else "no other tested release has its content")
-            result.append((release, "full", why))
-        else:
-            result.append((release, "short", (
-                f"same content as {newest}: {found.python_files} Python files, "
-                f"{found.libraries} CPU libraries and {found.distributions} other "
-                "distributions byte-identical, version stamps aside "
-                "(test/harness/content_identity.py IGNORED)")))
-    return result
+    installs = [read_install(release, site) for release, site in sites]
+    candidates: Dict[Tuple[str, Tuple[str, ...], str], List[Install]] = {}
+    for install in installs:
+        key = (install.digest, install.libraries, rows.get(install.release, ""))
+        candidates.setdefault(key, []).append(install)
+    verdict: Dict[str, Tuple[str, str]] = {}
+    for group in candidates.values():
+        remaining = sorted(group, key=lambda i: reference_first(i.release), reverse=True)
+        while remaining:
+            reference = remaining.pop(0)
+            shared = [other for other in remaining
+                      if all(same_library(reference, other, rel) for rel in reference.libraries)]
+            for other in shared:
+                remaining.remove(other)
+                verdict[other.release] = ("short", (
+                    f"same content as {reference.release}: {other.python_files} Python "
+                    f"files, {len(other.libraries)} CPU libraries and {other.distributions} "
+                    "other distributions, version stamps aside "
+                    "(test/harness/content_identity.py IGNORED)"))
+            verdict[reference.release] = ("full", (
+                f"content shared with {', '.join(sorted(o.release for o in shared))}"
+                if shared else "no other tested release has its content"))
+    return [(install.release, *verdict[install.release]) for install in installs]
 
 
 def main(argv: List[str]) -> int:

@@ -459,7 +459,10 @@ def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
                     f"\nwould be inside site-packages ({PACKAGE})")
         return execute(request)
     except UsageError as problem:
-        print(f"apply.sh: {problem}\n(see scripts/apply.sh --help)", file=sys.stderr)
+        # The installed command names itself: it has no scripts/apply.sh.
+        name = "apply.sh" if default_python is None else "torch-backport apply"
+        help_command = "scripts/apply.sh" if default_python is None else "torch-backport apply"
+        print(f"{name}: {problem}\n(see {help_command} --help)", file=sys.stderr)
         return 2
     except Failed as problem:
         print(f"apply.sh: {problem}", file=sys.stderr)

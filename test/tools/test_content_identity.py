@@ -19,8 +19,14 @@ from fake_install import REPO, ScratchTestCase
 sys.path.insert(0, str(REPO / "test" / "harness"))
 from content_identity import IGNORED, tiers  # noqa: E402
 
-COMMIT = {"2.12.0": "a" * 40, "2.12.1": "b" * 40, "2.11.0": "c" * 40}
+COMMIT = {"2.12.0": "7661cd9c6b841b62b7f411aa52ec51f05457263b",  # the releases' own
+          "2.12.1": "7269437d655783a26cba32aa88195b741ff496aa",
+          "2.11.0": "70d99e998b1a2ec4ba1e6e3bd4bc2b4b4ea3eb2f"}
+# torch_commit_copy: gcc builds the string from 16-byte loads and an 8-byte
+# immediate, the way libtorch_cpu.so holds 2.14's git commit in pieces.
 LIBRARY_SOURCE = """
+#include <string.h>
+void torch_commit_copy(char *out) { memcpy(out, "%(commit)s", 40); }
 const char torch_version[] = "%(version)s";
 const char torch_commit[] = "%(commit)s";
 static int %(helper)s(int x) { return x * %(factor)d; }
@@ -34,7 +40,7 @@ def compile_library(path: Path, version: str, commit: str, factor: int = 3,
     source = path.with_suffix(".c")
     source.write_text(LIBRARY_SOURCE % dict(version=version, commit=commit, factor=factor,
                                             helper=helper))
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(path), str(source)], check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(path), str(source)], check=True)
     source.unlink()
     return path.read_bytes()
 

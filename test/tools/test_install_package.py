@@ -222,11 +222,11 @@ $ torch-backport apply --overlay v2.11.0
 would be inside site-packages (<site>/torch_backport)
 (see torch-backport --help)
 $ torch-backport apply --bogus
-[2] apply.sh: unknown argument: --bogus
-(see scripts/apply.sh --help)
+[2] torch-backport apply: unknown argument: --bogus
+(see torch-backport apply --help)
 $ torch-backport apply --python
-[2] apply.sh: --python needs an interpreter
-(see scripts/apply.sh --help)
+[2] torch-backport apply: --python needs an interpreter
+(see torch-backport apply --help)
 """)
         self.assertEqual(self.venv.snapshot(), before)
 

@@ -292,8 +292,8 @@ def parse(argv: Sequence[str], default_python: Optional[str] = None) -> Request:
                 raise UsageError(f"--topic {name!r} names no topic; topics: {listed}")
             for part in parts:
                 if part not in names and part not in ("all", "default"):
-                    raise UsageError(f"--topic {name!r}: unknown topic {part!r}; nothing was "
-                                     f"done; topics: {listed}")
+                    raise UsageError(f"--topic {name!r}: unknown topic {part!r}"
+                                     f"; nothing was done; topics: {listed}")
     if (default_python is not None and request.python is None and request.checkout is None
             and request.command not in ("overlay", "wheel")):
         request.python = default_python

@@ -2,11 +2,12 @@
 module the behaviour and results suites create live on that device, through
 torch's default device; unset, they run on the CPU as always.
 
-PREGRAD_STOCK_DISCRIMINATING=VERSION (scripts/test.sh, on stock builds) runs
-only the results-table cells that stock_expectations.py says fail on stock
-torch VERSION: a cell that passes on stock checks nothing the stock run is
-for (that the test can fail), and every cell still runs on the patched build
-of the same release."""
+PREGRAD_STOCK_DISCRIMINATING=VERSION (scripts/test.sh, on full-tier stock
+builds) deselects the tests whose stock run can tell nothing
+(stock_expectations.checks_something_on_stock): the results-table cells stock
+torch VERSION gets right, and before 2.13 the probe tests that compare the
+probe with itself. Every one of them still runs on the patched build of the
+same release."""
 
 from __future__ import annotations
 
@@ -24,16 +25,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     version = os.environ.get("PREGRAD_STOCK_DISCRIMINATING")
     if not version:
         return
-    from stock_expectations import expected_outcome, RESULTS_CELL
+    from stock_expectations import checks_something_on_stock
 
     kept, dropped = [], []
     for item in items:
-        name = item.name
-        cell = item.path.name == "test_pre_grad_results.py" and RESULTS_CELL.match(name)
-        if cell and expected_outcome(version, item.path.name, name) == "pass":
-            dropped.append(item)
-        else:
+        if checks_something_on_stock(version, item.path.name, item.name):
             kept.append(item)
+        else:
+            dropped.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -276,6 +277,9 @@ def parse(argv: Sequence[str], default_python: Optional[str] = None) -> Request:
                          for field in dataclasses.fields(Request) if field.name != "checkout"})
     if request.helping:
         return request
+    given = [arg for arg in argv if arg == "--python" or arg.startswith("--python=")]
+    if len(given) > 1:
+        raise UsageError("--python given more than once; name one interpreter")
     for arg in rest:
         if arg.startswith("-"):
             raise UsageError(f"unknown argument: {arg}")
@@ -319,6 +323,9 @@ def check_mode_rules(request: Request) -> None:
                  (request.out is not None, "--out goes with --overlay"),
                  (request.no_commit and request.command != "apply",
                   "--no-commit goes with applying"),
+                 (request.no_commit and request.check,
+                  "--check writes nothing, so --no-commit has nothing to leave "
+                  "uncommitted; drop one"),
                  (request.check and request.command == "status",
                   "--status writes nothing; drop --check")]
     else:
@@ -347,9 +354,40 @@ def require_python(python: str) -> None:
         raise Failed(f"{python} is not a Python interpreter that runs here")
 
 
+def checked_cache_dir() -> Path:
+    """cache_dir(), or Failed if it names something that is not a directory."""
+    cache = cache_dir()
+    if cache.exists() and not cache.is_dir():
+        raise Failed(f"PREGRAD_CACHE={cache} is not a directory (it holds the downloaded "
+                     "wheels); nothing was written")
+    return cache
+
+
+def checked_out_dir(out: str, option: str = "--out") -> None:
+    """Failed unless `out` is a directory or can be made one: checked before
+    anything is read, so that --check says what the real run would do."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise Failed(f"{option} {out} is not a directory; nothing was read or written")
+    ancestor = path.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        raise Failed(f"{option} {out}: cannot make a directory under {ancestor}; nothing "
+                     "was read or written")
+
+
 def execute(request: Request) -> int:
     """Run a parsed request: here, or in the target interpreter."""
     order: Dict[str, Any]
+    needs_git = request.checkout is not None or request.command in ("apply", "wheel", "overlay")
+    if needs_git and shutil.which("git") is None:
+        raise Failed("git is not on PATH: the series are applied with git apply / git am; "
+                     "install git (e.g. apt-get install git); nothing was written")
+    if request.command in ("wheel", "overlay"):
+        if request.out is not None:
+            checked_out_dir(request.out)
+        checked_cache_dir()
     if request.command == "wheel":
         order = {"engine": "wheel-build", "source": request.wheel, "out": request.out,
                  "cache": str(cache_dir()), "topics": request.topics,
@@ -416,7 +454,9 @@ def in_target(python: str, order: Dict[str, Any]) -> int:
     """Hand `order` to the engine under `python`; returns only on failure."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(python, [python, str(LAUNCH), "engine", json.dumps(order)])
+    # A bare name (`--python python3`) is looked up on PATH, as require_python's run did.
+    path = python if os.sep in python else (shutil.which(python) or python)
+    os.execv(path, [path, str(LAUNCH), "engine", json.dumps(order)])
 
 
 def engine(order: Dict[str, Any]) -> int:

@@ -142,7 +142,7 @@ def run(command: str, names: Optional[List[str]], check: bool,
     except OSError as problem:
         # Disk full, a permission the pre-check could not foresee, an I/O
         # error: say what failed and where the target stands now.
-        print(f"error: {problem}", file=sys.stderr)
+        print(f"error: {os_error(problem)}", file=sys.stderr)
         hint = mode.failed(command, current) if mode is not None else None
         if hint is not None:
             print(hint, file=sys.stderr)
@@ -159,6 +159,16 @@ def generate(names: Optional[List[str]], make: Callable[[List[Topic]], int],
     except KeyboardInterrupt:
         print(f"interrupted: {interrupted}", file=sys.stderr)
         return 130
-    except (Refused, OSError) as problem:
+    except Refused as problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1
+    except OSError as problem:
+        print(f"error: {os_error(problem)}", file=sys.stderr)
+        return 1
+
+
+def os_error(problem: OSError) -> str:
+    """"cannot write PATH: reason", not Python's "[Errno N] reason: 'PATH'"."""
+    if problem.filename is None or problem.strerror is None:
+        return str(problem)
+    return f"{problem.filename}: {problem.strerror.lower()}"

@@ -1,0 +1,94 @@
+"""Wrong invocations a new user made (issue 22): each gets one clear line
+naming the bad value, the right exit code, no traceback and no raw errno,
+and changes nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from checkout_repo import make_checkout, site_of
+from fake_install import APPLY, FakeInstall, make_fake_install, ScratchTestCase, source_python, STOCK
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = subprocess.run([str(APPLY), *args], capture_output=True, text=True,
+                            env={**os.environ, **(env or {})})
+    return result.returncode, result.stdout + result.stderr
+
+
+class ErrorPathsTest(ScratchTestCase):
+    scratch_prefix = "pregrad-error-paths-test-"
+
+    def assertOneClearLine(self, output: str, *fragments: str) -> None:
+        self.assertNotIn("Traceback", output)
+        self.assertNotIn("[Errno", output)
+        for fragment in fragments:
+            self.assertIn(fragment, output)
+
+    def install(self) -> FakeInstall:
+        return make_fake_install(self.tmp / "install", source_python(STOCK))
+
+    def test_a_python_named_on_path_is_looked_up_there(self) -> None:
+        install = self.install()
+        code, output = run("--python", "python", "--status",
+                           env={"PATH": f"{install.python.parent}{os.pathsep}{os.environ['PATH']}"})
+        self.assertEqual(code, 0, output)
+        self.assertOneClearLine(output, "pristine")
+
+    def test_a_repeated_python_is_a_usage_error(self) -> None:
+        install = self.install()
+        before = install.snapshot()
+        code, output = run("--python", str(install.python), "--python", str(install.python))
+        self.assertEqual(code, 2, output)
+        self.assertOneClearLine(output, "--python given more than once")
+        self.assertEqual(install.snapshot(), before)
+
+    def test_a_cache_that_is_a_file_is_refused_before_anything_is_read(self) -> None:
+        cache = self.tmp / "cache"
+        cache.write_text("not a directory\n")
+        code, output = run("--wheel", "torch==2.11.0", "--out", str(self.tmp / "out"),
+                           "--check", env={"PREGRAD_CACHE": str(cache)})
+        self.assertEqual(code, 1, output)
+        self.assertOneClearLine(output, f"PREGRAD_CACHE={cache} is not a directory")
+        self.assertFalse((self.tmp / "out").exists())
+
+    def test_an_out_that_is_a_file_is_refused_before_reading_with_or_without_check(self) -> None:
+        out = self.tmp / "out"
+        out.write_text("keep me\n")
+        for extra in ([], ["--check"]):
+            with self.subTest(extra=extra):
+                code, output = run("--wheel", str(self.tmp / "missing.whl"), "--out", str(out),
+                                   *extra)
+                self.assertEqual(code, 1, output)
+                self.assertOneClearLine(output, f"--out {out} is not a directory; nothing was "
+                                        "read or written")
+                self.assertNotIn("would write", output)
+        code, output = run("--overlay", "v2.11.0", "--out", str(out))
+        self.assertEqual(code, 1, output)
+        self.assertOneClearLine(output, f"--out {out} is not a directory")
+        self.assertEqual(out.read_text(), "keep me\n")
+
+    def test_no_git_on_path_says_so(self) -> None:
+        install = self.install()
+        before = install.snapshot()
+        bare = self.tmp / "bin"  # python3 and bash for the shim, no git
+        bare.mkdir()
+        # The interpreter itself, not a launcher (pyenv's shims need pyenv on PATH).
+        (bare / "python3").symlink_to(Path(sys.base_prefix) / "bin" / "python3")
+        for tool in ("bash", "dirname", "env"):
+            found = subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True,
+                                   text=True).stdout.strip()
+            (bare / tool).symlink_to(found)
+        code, output = run("--python", str(install.python), env={"PATH": str(bare)})
+        self.assertEqual(code, 1, output)
+        self.assertOneClearLine(output, "git is not on PATH")
+        self.assertEqual(install.snapshot(), before)
+
+    def test_check_with_no_commit_is_a_usage_error(self) -> None:
+        checkout = make_checkout(self.tmp / "checkout", site_of(source_python(STOCK)))
+        code, output = run(str(checkout.path), "--check", "--no-commit")
+        self.assertEqual(code, 2, output)
+        self.assertOneClearLine(output, "--check writes nothing, so --no-commit")

@@ -141,6 +141,13 @@ Patched wheel (a torch wheel with the series in it, to pin by hash):
                        and packaging: without them in python3, they are
                        installed once into a venv in the cache.
   --out DIR            where the wheel goes (required)
+  --lock FILE          with --wheel: also write FILE, a requirements file
+                       for pip install --require-hashes: every dependency of
+                       torch==X as pip resolves it now (name==version and the
+                       sha256 of the file pip would install, from pip install
+                       --dry-run --report), and the patched wheel by its
+                       path and sha256 in torch's place. It is for the Python
+                       and platform running this command.
   --check              check IN and the series; write nothing
 
 Overlay (the patched files of a base at their upstream paths, for copying
@@ -210,6 +217,7 @@ class Request:
     overlay_base: Optional[str] = None
     wheel: Optional[str] = None
     out: Optional[str] = None
+    lock: Optional[str] = None
     topics: List[str] = dataclasses.field(default_factory=list)
     helping: bool = False
 
@@ -219,6 +227,7 @@ NEEDS = {
     "--python": "--python needs an interpreter",
     "--overlay": "--overlay needs a base, e.g. v2.11.0",
     "--out": "--out needs a directory",
+    "--lock": "--lock needs a file name, e.g. dist/requirements.txt",
     "--topic": "--topic needs a topic name (or default, or all)",
     "--wheel": "--wheel needs a torch wheel file or torch==X",
 }
@@ -258,6 +267,7 @@ def _parser() -> _Parser:
     parser.add_argument("--overlay", action=_SetMode)
     parser.add_argument("--wheel", action=_SetMode)
     parser.add_argument("--out")
+    parser.add_argument("--lock")
     parser.add_argument("--no-commit", action="store_true")
     parser.add_argument("--topic", dest="topics", action="append", default=[])
     return parser
@@ -313,13 +323,17 @@ def check_mode_rules(request: Request) -> None:
                  (request.python is not None, "--wheel and --python do not go together "
                   "(the wheel is read, not installed)"),
                  (request.no_commit, "--no-commit goes with a CHECKOUT"),
-                 (request.out is None, "--wheel needs --out DIR")]
+                 (request.out is None, "--wheel needs --out DIR"),
+                 (request.lock is not None and request.check,
+                  "--lock with --check: --check writes nothing; drop one")]
     elif request.command == "overlay":
-        rules = [(request.check, "--check does not apply to --overlay"),
+        rules = [(request.lock is not None, "--lock goes with --wheel"),
+                 (request.check, "--check does not apply to --overlay"),
                  (request.checkout is not None, "--overlay and CHECKOUT do not go together"),
                  (request.no_commit, "--no-commit goes with a CHECKOUT")]
     elif request.checkout is not None:
-        rules = [(request.python is not None, "--python and CHECKOUT do not go together"),
+        rules = [(request.lock is not None, "--lock goes with --wheel"),
+                 (request.python is not None, "--python and CHECKOUT do not go together"),
                  (request.out is not None, "--out goes with --overlay"),
                  (request.no_commit and request.command != "apply",
                   "--no-commit goes with applying"),
@@ -329,7 +343,8 @@ def check_mode_rules(request: Request) -> None:
                  (request.check and request.command == "status",
                   "--status writes nothing; drop --check")]
     else:
-        rules = [(request.no_commit, "--no-commit goes with a CHECKOUT"),
+        rules = [(request.lock is not None, "--lock goes with --wheel"),
+                 (request.no_commit, "--no-commit goes with a CHECKOUT"),
                  (request.python is None, "say what to patch: --python PY or a CHECKOUT"),
                  (request.out is not None, "--out goes with --overlay")]
     for broken, message in rules:
@@ -387,11 +402,16 @@ def execute(request: Request) -> int:
     if request.command in ("wheel", "overlay"):
         if request.out is not None:
             checked_out_dir(request.out)
+        if request.lock is not None:
+            checked_out_dir(str(Path(request.lock).parent), f"--lock {request.lock}:")
+            if Path(request.lock).is_dir():
+                raise Failed(f"--lock {request.lock} is a directory; name the file to write; "
+                             "nothing was read or written")
         checked_cache_dir()
     if request.command == "wheel":
         order = {"engine": "wheel-build", "source": request.wheel, "out": request.out,
                  "cache": str(cache_dir()), "topics": request.topics,
-                 "check": request.check}
+                 "check": request.check, "lock": request.lock}
         if has_pypa():
             return engine(order)
         return in_target(pypa_python(cache_dir()), order)
@@ -467,7 +487,8 @@ def engine(order: Dict[str, Any]) -> int:
         from torch_backport.patched_wheel import cmd_wheel
         return driver.generate(names, lambda chosen: cmd_wheel(
             order["source"], Path(order["out"]), Path(order["cache"]), chosen,
-            bool(names), order["check"]), "the partial wheel was removed; nothing was written")
+            bool(names), order["check"], order.get("lock")),
+            "the partial wheel was removed; nothing was written")
     if order["engine"] == "overlay":
         from torch_backport.overlay import cmd_overlay
         return driver.generate(names, lambda chosen: cmd_overlay(

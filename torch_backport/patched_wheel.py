@@ -25,17 +25,18 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Dict, Iterator, List, Optional
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from wheel.wheelfile import WheelError, WheelFile
 
 from torch_backport import __version__
-from torch_backport.fsio import release_wheel, step
+from torch_backport.fsio import atomic_write, release_wheel, step
 from torch_backport.series import (
     apply_series,
     git_blob_id,
@@ -103,7 +104,7 @@ def read_checked(wheel: WheelFile, path: Path, name: str) -> bytes:
 
 
 def cmd_wheel(source: str, out: Path, cache: Path, chosen: List[Topic], named: bool,
-              check: bool) -> int:
+              check: bool, lock: Optional[str] = None) -> int:
     path = source_wheel(source, cache)
     with opened(path) as wheel:
         parsed = wheel.parsed_filename
@@ -172,7 +173,40 @@ def cmd_wheel(source: str, out: Path, cache: Path, chosen: List[Topic], named: b
     print(f"wrote {target}")
     print(f"  version {version} (pip's torch=={release.public} accepts it)")
     print(f"  sha256 {file_sha256(target)}")
+    if lock is not None:
+        write_lock(Path(lock), target, release)
     return 0
+
+
+def write_lock(lock: Path, wheel: Path, release: Version) -> None:
+    """A requirements file for pip install --require-hashes: the dependencies
+    of `wheel` (torch==release's, from its METADATA) as pip resolves them
+    here, with hashes, and `wheel` in torch's place. pip resolves from the
+    wheel itself, so torch's own wheel is not fetched again."""
+    print(f"resolving the dependencies of {wheel.name} with pip (pip install --dry-run "
+          "--report) ...", file=sys.stderr, flush=True)
+    resolved = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+         "--disable-pip-version-check", "--report", "-", str(wheel)],
+        capture_output=True, text=True)
+    if resolved.returncode != 0:
+        raise Refused(f"pip could not resolve torch=={release} for --lock (exit "
+                      f"{resolved.returncode}): {resolved.stderr.strip()[-500:]}; the wheel "
+                      f"is written, {lock} is not")
+    lines = [f"# pip install --require-hashes -r {lock.name}: torch=={release}'s "
+             "dependencies as pip resolved them, and", f"# the patched wheel in torch's place "
+             "(written by torch-pregrad-backport; for this Python and platform)"]
+    for item in json.loads(resolved.stdout)["install"]:
+        name = canonicalize_name(item["metadata"]["name"])
+        digest = item["download_info"].get("archive_info", {}).get("hashes", {}).get("sha256")
+        if name == "torch":
+            continue
+        if digest is None:
+            raise Refused(f"pip's report gives no sha256 for {name}; {lock} is not written")
+        lines.append(f"{name}=={item['metadata']['version']} --hash=sha256:{digest}")
+    lines.append(f"torch @ {wheel.resolve().as_uri()} --hash=sha256:{file_sha256(wheel)}")
+    atomic_write(lock, ("\n".join(lines) + "\n").encode(), 0o644)
+    print(f"wrote {lock} ({len(lines) - 2} requirements, each pinned by sha256)")
 
 
 def file_sha256(path: Path) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 APPLY = REPO / "scripts" / "apply.sh"
 WHEEL = os.environ.get("PREGRAD_PATCHED_WHEEL", "")
 PATCHED_COPY = os.environ.get("PREGRAD_PATCHED_COPY_PYTHON", "")
+README = REPO / "README.md"
+README_RECIPE = re.compile(r"<!-- the hash-pin recipe:[^\n]*-->\n```sh\n(.*?)```", re.S)
 
 
 def site_packages(python: str) -> Path:
@@ -77,15 +80,27 @@ class InstalledPatchedWheelTests(unittest.TestCase):
         self.assertEqual(sorted(differing), sorted(rel for rel in not_in_wheel
                                                    if (ours / rel).is_file()))
 
-    def test_a_rebuild_from_the_same_release_wheel_has_the_same_sha256(self) -> None:
-        with tempfile.TemporaryDirectory(prefix="pregrad-rebuild-") as out:
-            result = subprocess.run([str(APPLY), "--wheel", "torch==2.11.0", "--out", out],
-                                    capture_output=True, text=True)
-            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-            (rebuilt,) = Path(out).iterdir()
-            self.assertEqual(rebuilt.name, Path(WHEEL).name)
-            self.assertEqual(sha256(rebuilt), sha256(Path(WHEEL)))
-
+    def test_the_readme_hash_pin_recipe_run_as_it_is_gives_a_working_torch(self) -> None:
+        """README.md's recipe, in a scratch directory that has the clone's
+        scripts/ (so `scripts/apply.sh` is the README's path): a rebuild
+        with the same sha256, a fresh venv, --require-hashes, pip check,
+        import torch, and --status."""
+        recipe = README_RECIPE.search(README.read_text())
+        self.assertIsNotNone(recipe, f"{README} has no hash-pin recipe block")
+        with tempfile.TemporaryDirectory(prefix="pregrad-hash-pin-") as scratch:
+            for part in ("scripts", "torch_backport", "patches"):
+                (Path(scratch) / part).symlink_to(REPO / part)
+            env = dict(os.environ, PATH=f"{Path(sys.base_prefix) / 'bin'}{os.pathsep}"
+                       f"{os.environ['PATH']}")  # python3: the interpreter, not this venv
+            result = subprocess.run(["bash", "-euo", "pipefail", "-c", recipe[1]], cwd=scratch,
+                                    env=env, capture_output=True, text=True)
+            self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+            (rebuilt,) = (Path(scratch) / "dist").glob("*.whl")
+            self.assertEqual((rebuilt.name, sha256(rebuilt)), (Path(WHEEL).name, sha256(Path(WHEEL))))
+            self.assertIn("No broken requirements found.", result.stdout)
+            self.assertIn(f"\n{Path(WHEEL).name.split('-')[1]}+", "\n" + result.stdout)  # torch.__version__
+            self.assertEqual(result.stdout.count("patched: installed from a patched wheel"), 2,
+                             result.stdout)
 
 if __name__ == "__main__":
     unittest.main()

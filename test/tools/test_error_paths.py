@@ -92,3 +92,17 @@ class ErrorPathsTest(ScratchTestCase):
         code, output = run(str(checkout.path), "--check", "--no-commit")
         self.assertEqual(code, 2, output)
         self.assertOneClearLine(output, "--check writes nothing, so --no-commit")
+
+    def test_lock_goes_with_a_real_wheel_build_and_names_a_file(self) -> None:
+        install = self.install()
+        for args, code_wanted, said in (
+                (("--python", str(install.python), "--lock", "x.txt"), 2, "--lock goes with --wheel"),
+                (("--wheel", "torch==2.11.0", "--out", str(self.tmp / "out"), "--check", "--lock",
+                  str(self.tmp / "x.txt")), 2, "--lock with --check"),
+                (("--wheel", "torch==2.11.0", "--out", str(self.tmp / "out"), "--lock",
+                  str(self.tmp)), 1, "is a directory; name the file to write")):
+            with self.subTest(args=args):
+                code, output = run(*args)
+                self.assertEqual(code, code_wanted, output)
+                self.assertOneClearLine(output, said)
+        self.assertFalse((self.tmp / "out").exists())

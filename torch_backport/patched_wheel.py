@@ -194,7 +194,7 @@ def write_lock(lock: Path, wheel: Path, release: Version) -> None:
                       f"{resolved.returncode}): {resolved.stderr.strip()[-500:]}; the wheel "
                       f"is written, {lock} is not")
     lines = [f"# pip install --require-hashes -r {lock.name}: torch=={release}'s "
-             "dependencies as pip resolved them, and", f"# the patched wheel in torch's place "
+             "dependencies as pip resolved them, and", "# the patched wheel in torch's place "
              "(written by torch-pregrad-backport; for this Python and platform)"]
     for item in json.loads(resolved.stdout)["install"]:
         name = canonicalize_name(item["metadata"]["name"])

@@ -756,8 +756,8 @@ class InstallMode:
             except Refused:
                 states[topic.name] = "unsupported"
         defaults = [topic.name for topic in chosen if topic.applied == "default"]
-        if not {states[name] for name in defaults} & {"patched", "patched-wheel",
-                                                       "patched-no-backups"}:
+        applied = {"patched", "patched-wheel", "patched-no-backups"}
+        if not {states[name] for name in defaults} & applied:
             return []  # no default topic applied: stock, or an opt-in topic alone
         return [name for name in defaults if states[name] == "pristine"]
 

@@ -117,7 +117,8 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
         return "pass"  # --wheel on a small wheel of the stock files: the tool's rules
     if test_file == "test_torchao_quant_lift_up.py":
         if test_name not in TORCHAO_TESTS:
-            raise ValueError(f"no stock expectations for test_torchao_quant_lift_up.py::{test_name}")
+            raise ValueError("no stock expectations for "
+                             f"test_torchao_quant_lift_up.py::{test_name}")
         return "pass" if TORCHAO_TESTS[test_name](release(version)) else "fail"
     has_feature = release(version) >= FEATURE_SINCE
     if test_name == "test_no_stale_hit_under_autocast":

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from checkout_repo import make_checkout, site_of
-from fake_install import APPLY, FakeInstall, make_fake_install, ScratchTestCase, source_python, STOCK
+from fake_install import (APPLY, FakeInstall, make_fake_install, ScratchTestCase, source_python,
+                          STOCK)
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -96,7 +97,8 @@ class ErrorPathsTest(ScratchTestCase):
     def test_lock_goes_with_a_real_wheel_build_and_names_a_file(self) -> None:
         install = self.install()
         for args, code_wanted, said in (
-                (("--python", str(install.python), "--lock", "x.txt"), 2, "--lock goes with --wheel"),
+                (("--python", str(install.python), "--lock", "x.txt"), 2,
+                 "--lock goes with --wheel"),
                 (("--wheel", "torch==2.11.0", "--out", str(self.tmp / "out"), "--check", "--lock",
                   str(self.tmp / "x.txt")), 2, "--lock with --check"),
                 (("--wheel", "torch==2.11.0", "--out", str(self.tmp / "out"), "--lock",

@@ -15,7 +15,8 @@ import unittest
 import torch_backport.series as model
 from checkout_repo import make_checkout, site_of
 from fake_install import (AUTOCAST, copy_project, FakeInstall, INSTALLED, ISA_PROBE,
-                          make_fake_install, ScratchTestCase, source_python, STATE_DIRNAME, STOCK, TOUCHED, UPSTREAM)
+                          make_fake_install, ScratchTestCase, source_python, STATE_DIRNAME, STOCK,
+                          TOUCHED, UPSTREAM)
 
 ISA = model.select_topics(["cpu-isa-probe"])[0]
 
@@ -153,7 +154,8 @@ apply.sh: --topic 'cpu-isa': unknown topic 'cpu-isa'; nothing was done; topics: 
         install = self.install()
         before = install.snapshot()
         for args in (("--topic", "all,bogus"), ("--topic", "bogus", "--topic", "all"),
-                     ("--revert", "--topic", "all,bogus"), ("--status", "--topic", "default,bogus")):
+                     ("--revert", "--topic", "all,bogus"),
+                     ("--status", "--topic", "default,bogus")):
             with self.subTest(args=args):
                 code, output = install.run(*args)
                 self.assertEqual(code, 2, output)

@@ -253,8 +253,10 @@ done <<<"$identity"
 
 short_jobs=()  # after the full ones: longest first
 if [ -n "$wheel_python" ]; then
-  # Its files are compared with the patched 2.11.0 copy's, which runs every suite.
-  short_jobs+=("wheel-2.11.0|wheel-2.11.0||$wheel_python|||test/dynamo/test_installed_patched_wheel.py")
+  # Its files are compared with the patched 2.11.0 copy's, which runs every
+  # suite; the README's hash-pin recipe (a rebuild, a fresh venv) makes it
+  # one of the longer jobs, so it goes first.
+  jobs+=("wheel-2.11.0|wheel-2.11.0||$wheel_python|||test/dynamo/test_installed_patched_wheel.py")
 fi
 for version in "${selected[@]}"; do
   if [ "${tier[$version]}" = short ]; then

@@ -577,12 +577,13 @@ def cmd_revert(history: History, check: bool, topic: Topic) -> int:
     try:
         base = identify_base(history, topic).series
     except Refused:
-        print("nothing to revert: no commit of the series is in HEAD's history")
+        print(f"topic {topic.name}: nothing to revert: this tree has no series of it")
         return 0
     applied = find_series_commits(history, base)
     commits = [(name, commit) for name, commit in applied.items() if commit]
     if not commits:
-        print("nothing to revert: no commit of the series is in HEAD's history")
+        print(f"topic {topic.name}: nothing to revert: no commit of its {base.base} "
+              "series is in HEAD's history")
         return 0
     head_before, _ = snapshot_refs(checkout)
     if check:

@@ -108,3 +108,13 @@ class ErrorPathsTest(ScratchTestCase):
                 self.assertEqual(code, code_wanted, output)
                 self.assertOneClearLine(output, said)
         self.assertFalse((self.tmp / "out").exists())
+
+    def test_revert_of_an_unpatched_tree_names_each_topic(self) -> None:
+        checkout = make_checkout(self.tmp / "checkout", site_of(source_python(STOCK)))
+        before = checkout.state()
+        code, output = run(str(checkout.path), "--revert")
+        self.assertEqual(code, 0, output)
+        self.assertIn("topic pre-grad-pass-timing: nothing to revert: no commit of its v2.11.0 "
+                      "series is in HEAD's history", output)
+        self.assertIn("topic autocast-cache-key: nothing to revert", output)
+        self.assertEqual(checkout.state(), before)

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -369,6 +370,26 @@ def require_python(python: str) -> None:
         raise Failed(f"{python} is not a Python interpreter that runs here")
 
 
+def refuse_release_older_than_every_base(named: str) -> None:
+    """Failed for `--overlay v2.8.0` or `--wheel torch==2.8.0`: a release
+    older than the oldest base can match no series, which is known from the
+    version alone, before the wheel is downloaded. Any other release is
+    decided by its files."""
+    from torch_backport.series import supported_bases
+    wanted = re.fullmatch(r"(?:torch==|v)?(\d+(?:\.\d+)*)", named)
+    if wanted is None:
+        return
+    oldest = supported_bases()[0]
+
+    def key(version: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in re.findall(r"\d+", version))
+
+    if key(wanted[1]) < key(oldest):
+        raise Failed(f"torch {wanted[1]} is older than every base here (the oldest is "
+                     f"{oldest}), so no series can match its files; nothing was downloaded "
+                     "(docs/patch-contract.md#why-not-280)")
+
+
 def checked_cache_dir() -> Path:
     """cache_dir(), or Failed if it names something that is not a directory."""
     cache = cache_dir()
@@ -400,6 +421,8 @@ def execute(request: Request) -> int:
         raise Failed("git is not on PATH: the series are applied with git apply / git am; "
                      "install git (e.g. apt-get install git); nothing was written")
     if request.command in ("wheel", "overlay"):
+        named = request.overlay_base if request.command == "overlay" else request.wheel
+        refuse_release_older_than_every_base(named or "")
         if request.out is not None:
             checked_out_dir(request.out)
         if request.lock is not None:

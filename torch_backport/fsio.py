@@ -91,7 +91,8 @@ def release_wheel(version: str, cache: Path) -> Path:
     if not candidates:
         wheels.mkdir(parents=True, exist_ok=True)
         print(f"downloading the torch {version} wheel into {wheels} "
-              "(about 530 MB; pip shows progress) ...", file=sys.stderr, flush=True)
+              "(530-900 MB; pip prints its size, then its progress) ...", file=sys.stderr,
+              flush=True)
         pip = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
              "--python-version", f"{sys.version_info.major}.{sys.version_info.minor}",

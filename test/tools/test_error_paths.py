@@ -118,3 +118,14 @@ class ErrorPathsTest(ScratchTestCase):
                       "series is in HEAD's history", output)
         self.assertIn("topic autocast-cache-key: nothing to revert", output)
         self.assertEqual(checkout.state(), before)
+
+    def test_a_release_older_than_every_base_is_refused_before_any_download(self) -> None:
+        for args in (("--overlay", "v2.8.0"), ("--wheel", "torch==2.8.0")):
+            with self.subTest(args=args):
+                code, output = run(*args, "--out", str(self.tmp / "out"),
+                                   env={"PREGRAD_CACHE": str(self.tmp / "cache")})
+                self.assertEqual(code, 1, output)
+                self.assertOneClearLine(output, "torch 2.8.0 is older than every base here",
+                                        "nothing was downloaded")
+                self.assertFalse((self.tmp / "cache").exists())
+                self.assertFalse((self.tmp / "out").exists())

@@ -549,7 +549,8 @@ def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
         print(f"{name}: {problem}\n(see {help_command} --help)", file=sys.stderr)
         return 2
     except Failed as problem:
-        print(f"apply.sh: {problem}", file=sys.stderr)
+        name = "apply.sh" if default_python is None else "torch-backport apply"
+        print(f"{name}: {problem}", file=sys.stderr)
         return 1
 
 

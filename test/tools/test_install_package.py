@@ -236,7 +236,8 @@ $ torch-backport apply --python
         missing = str(self.tmp / "no-such-checkout")
         for args in [(missing,), ("--check", missing)]:
             code, output = self.backport("apply", *args)
-            self.assertEqual((code, output), (1, f"apply.sh: {missing} does not exist\n"))
+            self.assertEqual((code, output),
+                             (1, f"torch-backport apply: {missing} does not exist\n"))
 
     def test_wheel_is_apply_sh_s(self) -> None:
         """`torch-backport apply --wheel` adds no --python and writes the

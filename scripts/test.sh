@@ -167,23 +167,38 @@ run_job() {  # run_job REPORT PYTHON EXPRESSION ENV ARGS...: pytest, output to f
 
 # Every pytest run is a job: REPORT|BUILD|EXPECT|PYTHON|-k EXPRESSION|ENV|ARGS,
 # EXPECT being VERSION (the stock check), patched:VERSION or empty (all pass).
-# Two run at a time, for two cores (each compile is single-threaded), the
-# longest first, so that neither core waits while the other has work.
-running=0
-start_job() {  # start_job JOB: in the background, once a core is free
+# A job starts as soon as what it needs is set up and a core is free: while
+# venvs still install (downloads and unzipping, about one core) one job runs,
+# then two, for two cores, in the order queued (the longest first).
+queued=()   # every job, in the order queued (the summary's order)
+pending=()  # queued and not started
+queue() { queued+=("$1"); pending+=("$1"); }
+launch() {  # launch LIMIT: start pending jobs while fewer than LIMIT run
   local report python expression environment args
-  IFS='|' read -r report _ _ python expression environment args <<<"$1"
-  if [ "$running" -ge 2 ]; then
-    wait -n || true
-    running=$((running - 1))
-  fi
-  read -r -a job_args <<<"$args"
-  run_job "$report" "$python" "$expression" "$environment" "${job_args[@]}" &
-  running=$((running + 1))
+  while [ ${#pending[@]} -gt 0 ] && [ "$(jobs -rp | wc -l)" -lt "$1" ]; do
+    IFS='|' read -r report _ _ python expression environment args <<<"${pending[0]}"
+    pending=("${pending[@]:1}")
+    read -r -a job_args <<<"$args"
+    run_job "$report" "$python" "$expression" "$environment" "${job_args[@]}" &
+  done
 }
-jobs=()
 
-declare -A stock patched
+queue_full_tier() {  # queue_full_tier VERSION: every suite, stock and patched
+  local version="$1"
+  queue "patched-$version-results|patched-$version|patched:$version|${patched[$version]}|||$results_suite"
+  if [ ${#pytest_args[@]} -eq 0 ]; then
+    # The random properties (stacks of modules, compile sequences under
+    # autocast) prove nothing on stock (they may or may not draw a failing
+    # case), and of the rest a stock run keeps what it can tell
+    # (conftest.py, stock_expectations.checks_something_on_stock). The
+    # two-process autocast test repeats on stock what the one-process tests
+    # already show there: patched only.
+    queue "stock-$version|stock-$version|$version|${stock[$version]}|not random_stacks and not under_autocast and not processes_sharing_a_cache|PREGRAD_STOCK_DISCRIMINATING=$version|${dynamo_suites[*]} ${stock_only_suites[*]}"
+  fi
+  queue "patched-$version|patched-$version|patched:$version|${patched[$version]}|||${other_suites[*]}"
+}
+
+declare -A stock patched tier why
 setup_release() {  # setup_release VERSION: the stock venv and its patched copy
   local version="$1"
   if ! stock[$version]="$("$here/venv.sh" "$version" 2>>"$logs/venvs.log" | tail -n 1)"; then
@@ -196,9 +211,31 @@ setup_release() {  # setup_release VERSION: the stock venv and its patched copy
   echo "   $version: stock ${stock[$version]}, patched ${patched[$version]} ($(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s in)" >&2
 }
 
-# The tool suite needs stock 2.11.0 and 2.12.0 only: set those up first and
-# start it, so that it runs while the other venvs install.
-step "venvs (logs: $logs/venvs.log)"
+build_wheel() {  # the patched 2.11.0 wheel, pip-installed into a copy of the stock venv
+  step "patched wheel of torch 2.11.0, installed into a copy of its venv (logs: $logs/wheel.log)"
+  local built wheel_venv="$pregrad_cache/venvs/torch-2.11.0-wheel"
+  built="$("$here/apply.sh" --wheel torch==2.11.0 --out "$pregrad_cache/patched-wheels" \
+           2>>"$logs/wheel.log" | tee -a "$logs/wheel.log" | sed -n 's/^wrote //p')" || true
+  if [ -z "$built" ] || ! { rm -rf "$wheel_venv" \
+      && cp -al "$(dirname "$(dirname "${stock[2.11.0]}")")" "$wheel_venv" \
+      && "$wheel_venv/bin/python" -m pip install --disable-pip-version-check --no-deps "$built" \
+         >>"$logs/wheel.log" 2>&1; }; then
+    echo "test.sh: building or installing the patched 2.11.0 wheel failed; see $logs/wheel.log" >&2; exit 1
+  fi
+  export PREGRAD_PATCHED_WHEEL="$built" PREGRAD_PATCHED_COPY_PYTHON="${patched[2.11.0]}"
+  echo "   $built" >&2
+  # Its files are compared with the patched 2.11.0 copy's, which runs every
+  # suite; the README's hash-pin recipe (a rebuild, a fresh venv) makes it
+  # one of the longer jobs.
+  queue "wheel-2.11.0|wheel-2.11.0||$wheel_venv/bin/python|||test/dynamo/test_installed_patched_wheel.py"
+}
+
+# The tool suite needs stock 2.11.0 and 2.12.0 only: those are set up first.
+# A release a series is cut against (patches/v<release>/) runs the full tier
+# whatever else is tested (content_identity.py makes it the reference of its
+# content), so its jobs start while the other venvs install; the others wait
+# for the tiers by content.
+step "venvs (logs: $logs/venvs.log); jobs start as their venvs are ready (logs: $logs/<job>.log)"
 ordered=()
 for version in 2.11.0 2.12.0 "${selected[@]}"; do
   case " ${selected[*]} " in *" $version "*) ;; *) continue ;; esac
@@ -207,34 +244,27 @@ for version in 2.11.0 2.12.0 "${selected[@]}"; do
 done
 for version in "${ordered[@]}"; do
   setup_release "$version"
-  if [ -n "${stock[2.11.0]:-}" ] && [ -n "${stock[2.12.0]:-}" ] && [ -z "${tools_started:-}" ]; then
+  if [ -n "${stock[2.11.0]:-}" ] && [ -n "${stock[2.12.0]:-}" ] && [ -z "${tools_queued:-}" ]; then
     export PREGRAD_STOCK_PYTHON="${stock[2.11.0]}" PREGRAD_UPSTREAM_PYTHON="${stock[2.12.0]}"
-    jobs+=("tools|tools||${patched[2.11.0]}|||test/tools")
-    step "starting the tool suite while the other venvs install"
-    start_job "${jobs[-1]}"
-    tools_started=1
+    queue "tools|tools||${patched[2.11.0]}|||test/tools"
+    tools_queued=1
   fi
+  if [ -n "${tools_queued:-}" ] && [ -n "${stock[2.11.0]:-}" ] && [ -z "${wheel_built:-}" ]; then
+    launch 1
+    build_wheel
+    wheel_built=1
+  fi
+  if [ -d "$repo/patches/v$version" ]; then
+    tier[$version]=full why[$version]="patches/v$version is cut against it"
+    queue_full_tier "$version"
+  fi
+  launch 1
 done
-
-wheel_python=""
-if [ -n "${stock[2.11.0]:-}" ]; then
-  step "patched wheel of torch 2.11.0, installed into a copy of its venv (logs: $logs/wheel.log)"
-  built="$("$here/apply.sh" --wheel torch==2.11.0 --out "$pregrad_cache/patched-wheels" \
-           2>>"$logs/wheel.log" | tee -a "$logs/wheel.log" | sed -n 's/^wrote //p')" || true
-  wheel_venv="$pregrad_cache/venvs/torch-2.11.0-wheel"
-  if [ -z "$built" ] || ! { rm -rf "$wheel_venv" \
-      && cp -al "$(dirname "$(dirname "${stock[2.11.0]}")")" "$wheel_venv" \
-      && "$wheel_venv/bin/python" -m pip install --disable-pip-version-check --no-deps "$built" \
-         >>"$logs/wheel.log" 2>&1; }; then
-    echo "test.sh: building or installing the patched 2.11.0 wheel failed; see $logs/wheel.log" >&2; exit 1
-  fi
-  export PREGRAD_PATCHED_WHEEL="$built" PREGRAD_PATCHED_COPY_PYTHON="${patched[2.11.0]}"
-  wheel_python="$wheel_venv/bin/python"
-  echo "   $built" >&2
+if [ -n "${stock[2.11.0]:-}" ] && [ -z "${wheel_built:-}" ]; then
+  build_wheel
 fi
 
 # Tiers by content: computed from the installed files now, not from versions.
-declare -A tier why
 site_of() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 identity_args=()
 for version in "${selected[@]}"; do
@@ -246,46 +276,34 @@ if ! identity="$("${stock[${selected[0]}]}" "$here/../test/harness/content_ident
                  "${identity_args[@]}" 2>>"$logs/venvs.log")"; then
   echo "test.sh: could not compare the releases' files; see $logs/venvs.log" >&2; exit 1
 fi
-while IFS='|' read -r version level reason; do
-  tier[$version]="$level" why[$version]="$reason"
-  echo "   $version: $level tier ($reason)" >&2
-done <<<"$identity"
-
 short_jobs=()  # after the full ones: longest first
-if [ -n "$wheel_python" ]; then
-  # Its files are compared with the patched 2.11.0 copy's, which runs every
-  # suite; the README's hash-pin recipe (a rebuild, a fresh venv) makes it
-  # one of the longer jobs, so it goes first.
-  jobs+=("wheel-2.11.0|wheel-2.11.0||$wheel_python|||test/dynamo/test_installed_patched_wheel.py")
-fi
-for version in "${selected[@]}"; do
-  if [ "${tier[$version]}" = short ]; then
-    short_jobs+=("patched-$version-short|patched-$version|patched:$version|${patched[$version]}|||test/dynamo/test_release_identification.py ${short_cells[*]}")
-    [ ${#pytest_args[@]} -gt 0 ] || short_jobs+=("stock-$version-short|stock-$version|$version|${stock[$version]}|||test/dynamo/test_release_identification.py ${stock_only_suites[*]} ${short_cells[*]}")
+while IFS='|' read -r version level reason; do
+  echo "   $version: $level tier ($reason)" >&2
+  if [ -n "${tier[$version]:-}" ]; then
+    [ "$level" = full ] || { echo "test.sh: $version is a series base but content_identity.py gives it the $level tier" >&2; exit 1; }
+    why[$version]="$reason"
     continue
   fi
-  jobs+=("patched-$version-results|patched-$version|patched:$version|${patched[$version]}|||$results_suite")
-  if [ ${#pytest_args[@]} -eq 0 ]; then
-    # The random properties (stacks of modules, compile sequences under
-    # autocast) prove nothing on stock (they may or may not draw a failing
-    # case); the table cells and fixed scenarios are what stock is checked on,
-    # less what a stock run cannot tell (conftest.py: the results cells stock
-    # gets right; before 2.13 the probe tests that compare the probe with itself).
-    # The two-process autocast test repeats on stock what the one-process
-    # tests already show there, at 8-11 s of ISA probe per child: patched only.
-    jobs+=("stock-$version|stock-$version|$version|${stock[$version]}|not random_stacks and not under_autocast and not processes_sharing_a_cache|PREGRAD_STOCK_DISCRIMINATING=$version|${dynamo_suites[*]} ${stock_only_suites[*]}")
+  tier[$version]="$level" why[$version]="$reason"
+  if [ "$level" = full ]; then
+    queue_full_tier "$version"
+  else
+    short_jobs+=("patched-$version-short|patched-$version|patched:$version|${patched[$version]}|||test/dynamo/test_release_identification.py ${short_cells[*]}")
+    [ ${#pytest_args[@]} -gt 0 ] || short_jobs+=("stock-$version-short|stock-$version|$version|${stock[$version]}|||test/dynamo/test_release_identification.py ${stock_only_suites[*]} ${short_cells[*]}")
   fi
-  jobs+=("patched-$version|patched-$version|patched:$version|${patched[$version]}|||${other_suites[*]}")
+done <<<"$identity"
+for job in ${short_jobs[@]+"${short_jobs[@]}"}; do
+  queue "$job"
 done
 
-jobs+=(${short_jobs[@]+"${short_jobs[@]}"})
-step "${#jobs[@]} pytest runs, two at a time (logs: $logs/<build>.log)"
-for job in "${jobs[@]:${tools_started:-0}}"; do
-  start_job "$job"
+step "${#queued[@]} pytest runs in all, two at a time from here"
+while [ ${#pending[@]} -gt 0 ]; do
+  launch 2
+  wait -n || true
 done
 wait
 
-for job in "${jobs[@]}"; do
+for job in "${queued[@]}"; do
   IFS='|' read -r report build version _ _ _ _ <<<"$job"
   verdict "$report" "$build" "$version"
 done
@@ -296,7 +314,7 @@ for row in "${rows[@]}"; do
   printf '%-16s %-32s %-44s %s\n' "$label" "$suite" "$counts" "$result"
 done
 printf '\n%-30s %-9s %s\n' job "wall time" tier
-for job in "${jobs[@]}"; do
+for job in "${queued[@]}"; do
   IFS='|' read -r report build _ _ _ _ _ <<<"$job"
   seconds="$(cat "$logs/$report.seconds" 2>/dev/null || echo 0)"
   version="${build#*-}"

@@ -146,18 +146,32 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
     return "pass"
 
 
+# Suites about the tool, not torch: their stock run is its own check.
+TOOL_SUITES = {"test_release_identification.py", "test_patched_wheel_rules.py",
+               "test_real_install_round_trip.py"}
+# The release whose stock behaviour defines the feature (upstream 2.12.0).
+FEATURE_REFERENCE = (2, 12)
+
+
 def checks_something_on_stock(version: str, test_file: str, test_name: str) -> bool:
-    """Whether a stock run of the test can tell anything (scripts/test.sh
-    deselects the others on full-tier stock builds, conftest.py): not a
-    results-table cell stock gets right (every cell runs patched), nor a probe
-    test whose pass is the probe's own answer on a release whose probe child
-    imports torch (before 2.13 the probe is the reference probe itself)."""
-    if test_file == "test_pre_grad_results.py" and RESULTS_CELL.match(test_name):
-        return expected_outcome(version, test_file, test_name) == "fail"
+    """Whether a stock run of the test can tell anything the patched run of
+    the same release does not (scripts/test.sh deselects the others on
+    full-tier stock builds, conftest.py): a test whose stock outcome differs
+    from its patched one (it shows the defect or the missing feature), every
+    test on 2.12 (the stock behaviour the feature is defined by), and the
+    tool's own suites. A test expected to pass on both runs on the patched
+    build only: there it must pass too, on the same torch plus the series.
+    Before 2.13 the probe tests that compare the probe with itself are not
+    run on stock either (the probe is the reference probe there)."""
+    if test_file in TOOL_SUITES:
+        return True
+    rel = release(version)
     if test_file == "test_cpu_isa_probe.py":
-        return (release(version) >= ISA_PROBE_SINCE["no_import"]
-                or isa_probe_outcome(release(version), test_name) == "fail")
-    return True
+        return isa_probe_outcome(rel, test_name) == "fail"
+    stock = expected_outcome(version, test_file, test_name)
+    if rel == FEATURE_REFERENCE and not RESULTS_CELL.match(test_name):
+        return True
+    return stock != expected_patched_outcome(version, test_file, test_name)
 
 
 def expected_patched_outcome(version: str, test_file: str, test_name: str) -> str:

@@ -319,7 +319,7 @@ for job in "${queued[@]}"; do
   seconds="$(cat "$logs/$report.seconds" 2>/dev/null || echo 0)"
   version="${build#*-}"
   level="-"
-  [ -z "${tier[$version]:-}" ] || level="${tier[$version]}: ${why[$version]}"
+  case "$build" in stock-*|patched-*) [ -z "${tier[$version]:-}" ] || level="${tier[$version]}: ${why[$version]}" ;; esac
   printf '%-30s %2d:%02d     %s\n' "$report" $((seconds / 60)) $((seconds % 60)) "$level"
 done
 echo "logs: $logs ($(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s)"

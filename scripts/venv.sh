@@ -15,7 +15,7 @@
 # CUDA libraries; they run on the CPU too); pip's cache makes later ones
 # local. Files of 1 MB or more that another venv under $PREGRAD_CACHE/venvs
 # holds byte for byte are then hard-linked to it (util-linux's hardlink, if
-# present): nine releases take about 27 GB, not 42.
+# present): ten releases, with their patched copies, take about 32 GB.
 #
 # --patched-copy NAME makes sure the stock venv torch-VERSION exists, then
 # makes NAME afresh as a hard-linked copy of it (a few MB, under a second)

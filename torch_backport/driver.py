@@ -168,7 +168,7 @@ def generate(names: Optional[List[str]], make: Callable[[List[Topic]], int],
 
 
 def os_error(problem: OSError) -> str:
-    """"cannot write PATH: reason", not Python's "[Errno N] reason: 'PATH'"."""
+    """"PATH: reason", not Python's "[Errno N] reason: 'PATH'"."""
     if problem.filename is None or problem.strerror is None:
         return str(problem)
-    return f"{problem.filename}: {problem.strerror.lower()}"
+    return f"{problem.filename}: {problem.strerror}"

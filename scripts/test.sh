@@ -17,15 +17,17 @@
 #     test/dynamo/stock_expectations.py says (the behaviour, stale-hit and
 #     remote-cache tests fail on every base without the feature; the result
 #     tests fail where upstream returns wrong numbers), so a test that cannot
-#     fail is caught; of the results table only the cells stock must fail;
+#     fail is caught; a full-tier stock run keeps the tests whose stock
+#     outcome differs from patched, all of 2.12.0 and the tool suites
+#     (stock_expectations.checks_something_on_stock);
 #   - patched: every test must pass (stock_expectations.py names the one
 #     needless miss 2.15.0 keeps, upstream's autocast keying).
 # Tiers by content: a release whose installed files equal another tested
 # release's (test/harness/content_identity.py computes it each run, and lists
 # what it ignores: version stamps, CUDA-only files) runs the short tier:
 # identification, apply/--status/--revert on its real install, --wheel's
-# rules and three compile cells that tell stock from patched; the newest of
-# each content runs everything.
+# rules and three compile cells that tell stock from patched; the series
+# base of each content (else the newest) runs everything.
 # The tool suite (test/tools) runs once, against small installs built from
 # the stock 2.11.0 and 2.12.0 venvs, and starts as soon as those two are set
 # up, while the other venvs install. When 2.11.0 is tested, the patched
@@ -33,8 +35,8 @@
 # wheel (about a minute), pip installs it into another hard-linked copy of the
 # stock venv, and that venv runs test/dynamo/test_installed_patched_wheel.py
 # (pip check, --status, every installed file's sha256 against the patched
-# 2.11.0 copy, a rebuild with the same sha256). The pytest runs go two at a
-# time, longest first. At the end it prints a table build x suite -> passed /
+# 2.11.0 copy, the README's hash-pin recipe in a fresh venv). A job starts as
+# soon as its venvs are ready: one at a time while venvs install, then two. At the end it prints a table build x suite -> passed /
 # failed / expected-fail with a verdict, each job's wall time and tier, and a
 # summary line. Full pytest output, expected failures included, goes to log
 # files under $PREGRAD_LOGS (default: test-logs/ in the repository), not to

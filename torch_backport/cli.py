@@ -542,16 +542,19 @@ def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
                     "--overlay needs --out DIR here: its default, overlay/ beside apply.sh,"
                     f"\nwould be inside site-packages ({PACKAGE})")
         return execute(request)
+    # The installed command names itself: it has no scripts/apply.sh.
     except UsageError as problem:
-        # The installed command names itself: it has no scripts/apply.sh.
-        name = "apply.sh" if default_python is None else "torch-backport apply"
         help_command = "scripts/apply.sh" if default_python is None else "torch-backport apply"
-        print(f"{name}: {problem}\n(see {help_command} --help)", file=sys.stderr)
+        print(f"{command_name(default_python)}: {problem}\n(see {help_command} --help)",
+              file=sys.stderr)
         return 2
     except Failed as problem:
-        name = "apply.sh" if default_python is None else "torch-backport apply"
-        print(f"{name}: {problem}", file=sys.stderr)
+        print(f"{command_name(default_python)}: {problem}", file=sys.stderr)
         return 1
+
+
+def command_name(default_python: Optional[str]) -> str:
+    return "apply.sh" if default_python is None else "torch-backport apply"
 
 
 def backport_usage_error(message: str) -> int:

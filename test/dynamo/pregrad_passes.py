@@ -29,7 +29,7 @@ SKIP_ISA_PROBE = {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
 
 
 def child_environment(here: os.PathLike[str] | str, **extra: str) -> dict[str, str]:
-    """os.environ (with the test's fresh cache directory) for a child that
+    """os.environ (with the cache directory, emptied for the test) for a child that
     imports the test helpers in `here`, without the ISA probe."""
     env = {**os.environ, **SKIP_ISA_PROBE, **extra}
     env["PYTHONPATH"] = os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])

@@ -11,7 +11,7 @@ not be served to a compile under another (topic autocast-cache-key):
 and a graph with an autocast region must be cached at all (pytorch#192555,
 2.14; 2.12 and 2.13 bypass it on every compile).
 
-Each test uses a fresh cache directory (Inductor's TestCase) and
+Each test starts with empty compile caches (conftest.py) and
 `torch._dynamo.reset()` between compiles; results are compared with eager
 under the same settings, dtype included. stock_expectations.py says which
 tests fail on which stock release.
@@ -112,7 +112,7 @@ class AutocastCacheTests(TestCase):
     def test_processes_sharing_a_cache_get_their_own_autocast_dtype(self) -> None:
         """A second process under float16 on the cache a bfloat16 process
         filled misses, in both forms, and returns float16."""
-        env = child_environment(HERE)  # carries this test's fresh TORCHINDUCTOR_CACHE_DIR
+        env = child_environment(HERE)  # carries the cache dir, emptied for this test
 
         def run_child(dtype: str) -> list[dict[str, object]]:
             result = subprocess.run([sys.executable, str(HERE / "autocast_child.py"), dtype],

@@ -1,8 +1,8 @@
 """Cache-aware pre-grad pass timing, checked through the real torch.compile.
 
 Every test compiles on the CPU with the real on-disk FX graph and
-AOTAutograd caches (a fresh cache directory per test, from Inductor's own
-TestCase) and asserts cache hits, misses and pre-grad pass invocations
+AOTAutograd caches (empty at the start of each test: conftest.py,
+compile_caches.py) and asserts cache hits, misses and pre-grad pass invocations
 exactly. They pass on torch 2.12.0 as released and on 2.11.0 with this
 project's series applied; on stock 2.11.0 every one of them fails.
 """
@@ -308,7 +308,7 @@ pre_grad_custom_pass CountingPass does not implement uuid(); falling back to ear
     def test_warm_start_in_a_second_process(self) -> None:
         """A new process sharing the cache directory hits without running the
         pre-grad passes; a changed uuid there misses and runs them."""
-        env = child_environment(HERE)  # carries this test's fresh TORCHINDUCTOR_CACHE_DIR
+        env = child_environment(HERE)  # carries the cache dir, emptied for this test
 
         def run_child(*uuids: str) -> list[dict[str, int]]:
             result = subprocess.run(

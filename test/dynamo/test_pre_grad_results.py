@@ -22,12 +22,12 @@ from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 from torch._inductor.compile_fx import compile_fx
 from torch._inductor.test_case import TestCase
-from torch._inductor.utils import fresh_cache
 from torch.testing._internal.common_utils import (
     instantiate_parametrized_tests,
     parametrize,
 )
 
+from compile_caches import fresh_compile_caches
 from pregrad_passes import count_run_pre_grad_passes, DoubleLinearWeightsPass
 from result_models import (
     LinearIdentity,
@@ -154,7 +154,7 @@ class PreGradResultsTests(TestCase):
         with torch.no_grad():
             expected = as_tuple(model(*inputs))
         with (
-            fresh_cache(),
+            fresh_compile_caches(),
             torch.no_grad(),
             inductor_config.patch(config_for(freezing, timing)),
             count_run_pre_grad_passes() as calls,

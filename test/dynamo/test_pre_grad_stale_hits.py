@@ -27,8 +27,8 @@ from hypothesis import note, settings, strategies as st
 from hypothesis.stateful import initialize, invariant, rule, RuleBasedStateMachine
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
-from torch._inductor.utils import fresh_cache
 
+from compile_caches import fresh_compile_caches
 from pregrad_passes import count_run_pre_grad_passes, ScaleOutputPass
 from stock_expectations import AMBIENT_DTYPE_KEYED_ON_EVERY_GRAPH_SINCE, release
 
@@ -93,7 +93,7 @@ class CompileSequence(RuleBasedStateMachine):
     @initialize()
     def start(self) -> None:
         self.stack = contextlib.ExitStack()
-        self.stack.enter_context(fresh_cache())
+        self.stack.enter_context(fresh_compile_caches())
         self.calls = self.stack.enter_context(count_run_pre_grad_passes())
         counters.clear()
         self.stored: set[tuple[Any, ...]] = set()  # the keys the model says are cached

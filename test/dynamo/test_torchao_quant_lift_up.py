@@ -10,7 +10,7 @@ linear model is quantized the way torchao's own x86 tests do it (a strict
 config, prepare_pt2e, one calibration batch, convert_pt2e: a non-strict
 export leaves the nodes without the `source_fn_stack` the quantizer matches
 on, so nothing would be quantized) and compiled cold, then warm, in one
-process and one fresh cache directory per test (Inductor's TestCase),
+process and caches emptied for each test (conftest.py),
 `torch._dynamo.reset()` between the compiles. The pass's calls are counted
 by wrapping `QuantLiftUp.__call__`; the object in the config stays the one
 torchao set, so its uuid, the cache key's part for it, is unchanged.

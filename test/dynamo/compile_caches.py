@@ -1,0 +1,65 @@
+"""Fresh compile caches for every test, without recompiling the same C++.
+
+Inductor's TestCase gives each test a new, empty cache directory, so every
+test compiles every C++ kernel again with g++: about half of a results cell's
+time, for kernels an earlier test compiled from the same source. Here a
+pytest process has one cache directory (conftest.py), and before each test,
+and wherever a test asks for a fresh cache, `fresh_compile_caches()` empties
+it of everything but the compiled kernels and clears Inductor's in-memory
+caches. So each test starts cold for what the tests count and what the
+feature is about (the FX graph cache, the AOTAutogradCache and any other
+cache torch keeps there, on disk and in memory), and a kernel is loaded from
+the file its source hash names, as Inductor does across processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+# What is kept: the directories Inductor's code caches write a source file and
+# its build into, named by two characters of the source's hash (`4x/c4xa6...
+# .cpp`, `.so`, the wrapper's `.py`), and the lock files. Anything else (the
+# `fxgraph` and `aotautograd` caches, and whatever a later release adds) goes.
+KERNEL_DIRECTORY = re.compile(r"[a-z0-9]{2}")
+KEPT = {"locks"}
+CACHE_DIR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def make_process_cache_dir() -> Path:
+    """A new cache directory for this process's compiles, in the environment
+    (children a test starts inherit it)."""
+    path = Path(tempfile.mkdtemp(prefix="pregrad-inductor-cache-"))
+    os.environ[CACHE_DIR_VARIABLE] = str(path)
+    # Inductor's TestCase would put each test in a new directory instead.
+    os.environ["INDUCTOR_TEST_DISABLE_FRESH_CACHE"] = "1"
+    return path
+
+
+def empty_but_kernels(root: Path) -> None:
+    for entry in root.iterdir():
+        if entry.name in KEPT or (entry.is_dir() and KERNEL_DIRECTORY.fullmatch(entry.name)):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+@contextlib.contextmanager
+def fresh_compile_caches() -> Iterator[Path]:
+    """Inductor's `fresh_cache()`, keeping the compiled kernels (see above)."""
+    from torch._inductor.utils import clear_caches
+
+    root = Path(os.environ[CACHE_DIR_VARIABLE])
+    empty_but_kernels(root)
+    clear_caches()
+    try:
+        yield root
+    finally:
+        clear_caches()

@@ -14,9 +14,11 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import unittest
 from pathlib import Path
 
+import expecttest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
@@ -203,20 +205,28 @@ $ apply.sh --wheel torch==2.11.0 --status
 """)
 
 
-class InstalledPatchedWheelTest(ScratchTestCase):
-    """A venv with pip, the fake patched wheel installed into it by pip."""
-    scratch_prefix = "pregrad-patched-wheel-install-"
+class InstalledPatchedWheelTest(expecttest.TestCase):
+    """A venv with pip, the fake patched wheel installed into it by pip: made
+    once for the class (a venv with pip takes seconds); no test changes what
+    the others look at (the one that installs a dependent only adds it)."""
     maxDiff = None
+    tmp: Path
+    python: Path
 
-    def setUp(self) -> None:
-        super().setUp()
-        source = make_fake_wheel(self.tmp / "in", release_files(source_python(STOCK)), "2.11.0")
-        code, output = run_wheel("--wheel", str(source), "--out", str(self.tmp / "dist"))
-        self.assertEqual(code, 0, output)
-        (self.wheel,) = (self.tmp / "dist").iterdir()
-        subprocess.run([sys.executable, "-m", "venv", str(self.tmp / "venv")], check=True)
-        self.python = self.tmp / "venv" / "bin" / "python"
-        self.pip("install", "--no-deps", "--no-index", str(self.wheel))
+    @classmethod
+    def setUpClass(cls) -> None:
+        scratch = tempfile.TemporaryDirectory(prefix="pregrad-patched-wheel-install-")
+        cls.addClassCleanup(scratch.cleanup)
+        cls.tmp = Path(scratch.name)
+        source = make_fake_wheel(cls.tmp / "in", release_files(source_python(STOCK)), "2.11.0")
+        code, output = run_wheel("--wheel", str(source), "--out", str(cls.tmp / "dist"))
+        if code != 0:
+            raise AssertionError(f"building the patched wheel failed: {output}")
+        (wheel,) = (cls.tmp / "dist").iterdir()
+        subprocess.run([sys.executable, "-m", "venv", str(cls.tmp / "venv")], check=True)
+        cls.python = cls.tmp / "venv" / "bin" / "python"
+        subprocess.run([str(cls.python), "-m", "pip", "--disable-pip-version-check", "install",
+                        "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True)
 
     def pip(self, *args: str) -> str:
         result = subprocess.run([str(self.python), "-m", "pip", "--disable-pip-version-check",

@@ -435,7 +435,7 @@ def cmd_status(history: History, topic: Topic, named: bool = True) -> int:
     except Refused as problem:
         print(f"{topic_label(checkout, topic)} {problem}")
         print(f"feature present at HEAD: {'yes' if upstream else 'no'}")
-        if not upstream and not named and not topic.primary:
+        if not upstream and topic.left_alone_unless(named):
             print("not available for this tree: a plain apply leaves this topic alone")
             return 0
         return 0 if upstream else 1
@@ -462,18 +462,17 @@ def cmd_apply(history: History, check: bool, commit: bool, topic: Topic,
         base = identify_base(history, topic)
     except Refused as problem:
         if feature_at_head(checkout, topic):
-            print(upstream_note if topic.primary else f"topic {topic.name}: {upstream_note}")
+            print(topic.label(upstream_note))
             return 0
-        if not named and not topic.primary:
+        if topic.left_alone_unless(named):
             # A default topic the user did not name: the others still go in.
-            print(f"topic {topic.name}: not available for this tree: {problem}; left alone")
+            print(topic.label(f"not available for this tree: {problem}; left alone"))
             return 0
         raise
     applied = find_series_commits(history, base.series)
     names = [patch.name for patch in base.series.patches]
     done = [name for name in names if applied[name]]
-    print(("" if topic.primary else f"topic {topic.name}: ")
-          + f"base {base.series.base}: {base.reason}")
+    print(topic.label(f"base {base.series.base}: {base.reason}"))
     if len(done) == len(names):
         print(f"already applied: all {len(names)} patches are in HEAD's history; nothing to do")
         return 0

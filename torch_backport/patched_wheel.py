@@ -126,7 +126,7 @@ def cmd_wheel(source: str, out: Path, cache: Path, chosen: List[Topic], named: b
         files = {rel: read_checked(wheel, path, rel) for rel in paths if rel in names}
         # A default topic without a series for this release is left out
         # unless named, as a plain apply leaves it alone on an install.
-        optional = () if named else tuple(topic for topic in chosen if not topic.primary)
+        optional = tuple(topic for topic in chosen if topic.left_alone_unless(named))
         every = series_by_content(str(release), {rel: git_blob_id(files[rel]) if rel in files
                                                  else None for rel in paths},
                                   chosen, "applying", optional)

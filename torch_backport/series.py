@@ -19,6 +19,7 @@ dir is `.`, patches/<base>/ itself): `series` lists the patches in order,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 import subprocess
@@ -110,6 +111,17 @@ class Topic:
         """The original series, in patches/<base>/ itself: it keeps the state
         directory and messages it had before there were topics."""
         return self.dir == "."
+
+    def label(self, text: str) -> str:
+        """`text` as said of this topic: as it is for the original series,
+        after "topic NAME: " for the others."""
+        return text if self.primary else f"topic {self.name}: {text}"
+
+    def left_alone_unless(self, named: bool) -> bool:
+        """Whether a run leaves this topic alone where no series of it fits
+        (saying "not available"): a topic other than the original one that the
+        user did not name."""
+        return not named and not self.primary
 
     def has_feature(self, data: bytes) -> bool:
         return re.search(self.feature_marker, data.decode("utf-8", "replace"),
@@ -399,7 +411,22 @@ def apply_series(pristine: Dict[str, bytes], series: Series) -> Dict[str, bytes]
 def apply_each(pristine: Dict[str, bytes], series: Series) -> List[Dict[str, bytes]]:
     """As apply_series, but the contents after each patch, in series order (a
     3-way merge needs every intermediate pre-image)."""
-    versions: List[Dict[str, bytes]] = []
+    # A run checks every topic before it writes any, then applies them: the
+    # same patches to the same bytes, which git then applies once.
+    patches = tuple(series.patches)
+    texts = tuple(patch.read_bytes() for patch in patches)
+    versions = _apply_each_once(tuple(pristine.items()), patches, texts, series.base)
+    return [dict(version) for version in versions]
+
+
+@functools.lru_cache(maxsize=16)
+def _apply_each_once(pristine_items: Tuple[Tuple[str, bytes], ...], patches: Tuple[Patch, ...],
+                     texts: Tuple[bytes, ...], base: str
+                     ) -> Tuple[Tuple[Tuple[str, bytes], ...], ...]:
+    # `texts`, the patches' bytes, are part of the key only: a patch file
+    # edited since is applied anew.
+    pristine = dict(pristine_items)
+    versions: List[Tuple[Tuple[str, bytes], ...]] = []
     with tempfile.TemporaryDirectory(prefix="pregrad-apply-") as tmp:
         work = Path(tmp)
         # A repository of its own, so git never resolves paths against an
@@ -408,7 +435,7 @@ def apply_each(pristine: Dict[str, bytes], series: Series) -> List[Dict[str, byt
         for rel, data in pristine.items():
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             (work / rel).write_bytes(data)
-        for patch in series.patches:
+        for patch in patches:
             result = subprocess.run(
                 ["git", "apply", "--verbose", "--whitespace=nowarn", str(patch.path)],
                 cwd=work, capture_output=True, text=True)
@@ -416,7 +443,7 @@ def apply_each(pristine: Dict[str, bytes], series: Series) -> List[Dict[str, byt
                 errors = [line for line in result.stderr.splitlines()
                           if line.startswith("error:")]
                 raise Refused(f"{shown(patch.path)} does not apply to the pristine "
-                              f"{series.base} files:\n  " + "\n  ".join(errors))
+                              f"{base} files:\n  " + "\n  ".join(errors))
             for diff in patch.files:
                 blob = git_blob_id((work / diff.path).read_bytes())
                 if blob != diff.post_blob:
@@ -424,8 +451,8 @@ def apply_each(pristine: Dict[str, bytes], series: Series) -> List[Dict[str, byt
                         f"{shown(patch.path)}: {diff.path} came out as blob {blob[:12]}, "
                         f"the patch's index line says {diff.post_blob[:12]}: the patch was "
                         "edited or is not whole; nothing was changed")
-            versions.append({rel: (work / rel).read_bytes() for rel in pristine})
-    return versions
+            versions.append(tuple((rel, (work / rel).read_bytes()) for rel in pristine))
+    return tuple(versions)
 
 
 def pristine_table(series: Series) -> Dict[str, Tuple[str, str]]:

@@ -417,9 +417,7 @@ def cmd_status(install: Install, named: bool = True) -> int:
     name and that has no series for this release is "not available", not a
     failure (as a plain apply leaves it alone)."""
     status = inspect(install)
-    if status.state == "unsupported" and not named and not install.topic.primary:
-        print(status.headline())
-        print(f"not available for this release: {unsupported_detail(status)}")
+    if said_not_available(status, named):
         return 0
     status.print_headline("using")
     for line in status.lines:
@@ -474,6 +472,16 @@ def unsupported_detail(status: Status) -> str:
     return detail + "; supported bases: " + ", ".join(supported_bases(topic))
 
 
+def said_not_available(status: Status, named: bool, outcome: str = "") -> bool:
+    """Whether the topic is optional here (not the original one, not named,
+    and no series fits these files); if so, say it is not available."""
+    if status.state != "unsupported" or not status.install.topic.left_alone_unless(named):
+        return False
+    print(status.headline())
+    print(f"not available for this release: {unsupported_detail(status)}{outcome}")
+    return True
+
+
 def refuse_unless_applicable(status: Status) -> None:
     if status.state == "unsupported":
         topic = status.install.topic
@@ -515,9 +523,7 @@ def cmd_apply(install: Install, check: bool, named: bool = True) -> int:
     reported as not available, not refused: a plain apply on a release the
     default topics were not written for still does what it can."""
     status = inspect(install)
-    if status.state == "unsupported" and not named and not install.topic.primary:
-        print(status.headline())
-        print(f"not available for this release: {unsupported_detail(status)}; left alone")
+    if said_not_available(status, named, "; left alone"):
         return 0
     status.print_headline("applying" if status.state == "pristine" else "using")
     if status.state == "patched-wheel":
@@ -640,9 +646,7 @@ def write_backups(install: Install, series: Series,
     os.replace(staging, install.state_dir)
 
 
-def cmd_revert(install: Install, check: bool, named: bool = True) -> int:
-    # `named` matches cmd_apply's signature for the topic driver; a topic with
-    # no series for this release has nothing to revert either way.
+def cmd_revert(install: Install, check: bool) -> int:
     status = inspect(install)
     status.print_headline("using")
     if status.state == "patched-wheel":
@@ -737,7 +741,9 @@ class InstallMode:
         return cmd_apply(self.install.for_topic(topic), check, named)
 
     def revert(self, topic: Topic, check: bool, named: bool) -> int:
-        return cmd_revert(self.install.for_topic(topic), check, named)
+        # A topic with no series for this release has nothing to revert,
+        # named or not.
+        return cmd_revert(self.install.for_topic(topic), check)
 
     def series_for(self, topic: Topic) -> Optional[Series]:
         return inspect(self.install.for_topic(topic)).series

@@ -115,13 +115,20 @@ def count_run_pre_grad_passes() -> Iterator[list[int]]:
         yield calls
 
 
-def cache_counts() -> dict[str, int]:
-    return {
-        "aot_hit": counters["aot_autograd"]["autograd_cache_hit"],
-        "aot_miss": counters["aot_autograd"]["autograd_cache_miss"],
-        "fx_hit": counters["inductor"]["fxgraph_cache_hit"],
-        "fx_miss": counters["inductor"]["fxgraph_cache_miss"],
+def cache_counts(*, bypasses: bool = False) -> dict[str, int]:
+    """The AOTAutogradCache's and FX graph cache's hits and misses since
+    `counters.clear()`, and their bypasses if asked."""
+    aot, inductor = counters["aot_autograd"], counters["inductor"]
+    counts = {
+        "aot_hit": aot["autograd_cache_hit"],
+        "aot_miss": aot["autograd_cache_miss"],
+        "fx_hit": inductor["fxgraph_cache_hit"],
+        "fx_miss": inductor["fxgraph_cache_miss"],
     }
+    if bypasses:
+        counts |= {"aot_bypass": aot["autograd_cache_bypass"],
+                   "fx_bypass": inductor["fxgraph_cache_bypass"]}
+    return counts
 
 
 class DoubleLinearWeightsPass(CustomGraphPass):

@@ -10,6 +10,7 @@ torch is built and installed in the wheel job (test_installed_patched_wheel.py).
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import re
@@ -73,9 +74,22 @@ class PatchedWheelRulesTest(unittest.TestCase):
         self.assertEqual({topic: entry["base"] for topic, entry in topics.items()}, expected)
 
     def test_every_file_matches_the_new_record(self) -> None:
-        with WheelFile(str(self.wheel)) as wheel:  # each read is checked against RECORD
+        """Every file reads back with the hash RECORD gives it (WheelFile
+        checks each read, and refuses a file RECORD does not name), RECORD
+        names no file the wheel lacks, and the wheel has every file of the
+        stock one: an empty or truncated wheel fails."""
+        def outside_dist_info(wheel: WheelFile) -> set[str]:
+            return {name for name in wheel.namelist() if ".dist-info/" not in name}
+
+        with WheelFile(str(self.source)) as source:
+            stock_files = outside_dist_info(source)
+        with WheelFile(str(self.wheel)) as wheel:
             for info in wheel.infolist():
                 wheel.read(info.filename)
+            record = csv.reader(wheel.read(wheel.record_path).decode().splitlines())
+            self.assertEqual({row[0] for row in record}, set(wheel.namelist()))
+            self.assertEqual(outside_dist_info(wheel), stock_files)
+        self.assertGreater(len(stock_files), 0)
 
     def test_a_second_build_has_the_same_bytes(self) -> None:
         self.assertEqual(hashlib.sha256(self.wheel.read_bytes()).hexdigest(),

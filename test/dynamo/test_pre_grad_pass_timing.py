@@ -13,7 +13,6 @@ import json
 import logging
 import subprocess
 import sys
-import unittest.mock
 from pathlib import Path
 
 import torch

@@ -42,6 +42,8 @@ from torch._inductor import config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._inductor.test_case import TestCase
 
+from pregrad_passes import cache_counts
+
 TORCHAO_TSV = Path(__file__).resolve().parents[1] / "torchao.tsv"
 QUANTIZER = "torchao.quantization.pt2e.quantizer.x86_inductor_quantizer"
 # Compiled and eager compute the same float32 ops on the same dequantized
@@ -81,20 +83,8 @@ class ConvBnReluLinear(torch.nn.Module):
         return self.fc(features.reshape(features.shape[0], -1))
 
 
-def cache_counts() -> dict[str, int]:
-    aot, inductor = counters["aot_autograd"], counters["inductor"]
-    return {
-        "aot_hit": aot["autograd_cache_hit"],
-        "aot_miss": aot["autograd_cache_miss"],
-        "aot_bypass": aot["autograd_cache_bypass"],
-        "fx_hit": inductor["fxgraph_cache_hit"],
-        "fx_miss": inductor["fxgraph_cache_miss"],
-        "fx_bypass": inductor["fxgraph_cache_bypass"],
-    }
-
-
 def counts(**nonzero: int) -> dict[str, int]:
-    return {key: nonzero.get(key, 0) for key in cache_counts()}
+    return {key: nonzero.get(key, 0) for key in cache_counts(bypasses=True)}
 
 
 @unittest.skipIf(PIN == "none", PIN_REASON)
@@ -196,10 +186,12 @@ class TorchaoQuantLiftUpTests(TestCase):
         model = copy.deepcopy(self.quantized)
         with self.counting_lift_up() as calls:
             self.compile_and_run(model)
-            self.assertEqual((calls[0], cache_counts()), (1, counts(aot_miss=1, fx_miss=1)))
+            self.assertEqual((calls[0], cache_counts(bypasses=True)),
+                             (1, counts(aot_miss=1, fx_miss=1)))
             counters.clear()
             self.compile_and_run(model)
-            self.assertEqual((calls[0], cache_counts()), (1, counts(aot_hit=1, fx_hit=1)),
+            self.assertEqual((calls[0], cache_counts(bypasses=True)),
+                             (1, counts(aot_hit=1, fx_hit=1)),
                              "(QuantLiftUp calls so far, warm compile's cache counters)")
 
     def test_compiled_results_equal_the_eager_quantized_model(self) -> None:
@@ -220,8 +212,8 @@ class TorchaoQuantLiftUpTests(TestCase):
         bypass = counts(aot_bypass=1, fx_bypass=1)
         with self.counting_lift_up(freezing=True) as calls:
             self.compile_and_run(model)
-            self.assertEqual((calls[0], cache_counts()), (1, bypass))
+            self.assertEqual((calls[0], cache_counts(bypasses=True)), (1, bypass))
             counters.clear()
             self.compile_and_run(model)
-            self.assertEqual((calls[0], cache_counts()), (2, bypass),
+            self.assertEqual((calls[0], cache_counts(bypasses=True)), (2, bypass),
                              "(QuantLiftUp calls so far, warm compile's cache counters)")

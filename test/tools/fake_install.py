@@ -50,6 +50,17 @@ class ScratchTestCase(expecttest.TestCase):
         self.tmp = Path(scratch.name)
 
 
+class InstallTestCase(ScratchTestCase):
+    """A scratch test that makes small installs (make_fake_install)."""
+
+    def install(self, source: str = STOCK, version: str | None = None,
+                vendor_edits: dict[str, bytes] | None = None) -> FakeInstall:
+        """An install in the scratch directory with the files of the real
+        install `source` names (STOCK, UPSTREAM), as release `version`."""
+        return make_fake_install(self.tmp / "install", source_python(source), version,
+                                 vendor_edits=vendor_edits)
+
+
 def copy_project(copy: Path) -> Path:
     """The clone's commands, product and series (scripts/, torch_backport/,
     patches/) copied to `copy`, for a test that damages or extends a series."""

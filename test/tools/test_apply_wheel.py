@@ -12,8 +12,8 @@ import json
 import unittest
 
 import torch_backport.series as model
-from fake_install import (AUTOCAST, FakeInstall, make_fake_install, REPO, ScratchTestCase,
-                          source_python, STATE_DIRNAME, STOCK, TOUCHED, UPSTREAM)
+from fake_install import (AUTOCAST, InstallTestCase, make_fake_install, REPO, source_python,
+                          STATE_DIRNAME, STOCK, TOUCHED, UPSTREAM)
 
 FAULT = "_PREGRAD_TEST_FAULT"
 # The supported bases as apply.sh lists them; more come as data.
@@ -22,13 +22,8 @@ AUTOCAST_BASES = ", ".join(model.supported_bases(
     model.select_topics(["autocast-cache-key"])[0]))
 
 
-class ApplyWheelTest(ScratchTestCase):
+class ApplyWheelTest(InstallTestCase):
     scratch_prefix = "pregrad-wheel-test-"
-
-    def install(self, source: str = STOCK, version: str | None = None,
-                vendor_edits: dict[str, bytes] | None = None) -> FakeInstall:
-        return make_fake_install(self.tmp, source_python(source), version,
-                                 vendor_edits=vendor_edits)
 
     def patched_bytes(self) -> dict[str, bytes]:
         """What the series makes of the pristine files, via the overlay."""

@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 from checkout_repo import make_checkout, site_of
-from fake_install import (APPLY, FakeInstall, make_fake_install, ScratchTestCase, source_python,
-                          STOCK)
+from fake_install import (APPLY, InstallTestCase, source_python, STOCK)
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -20,7 +19,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     return result.returncode, result.stdout + result.stderr
 
 
-class ErrorPathsTest(ScratchTestCase):
+class ErrorPathsTest(InstallTestCase):
     scratch_prefix = "pregrad-error-paths-test-"
 
     def assertOneClearLine(self, output: str, *fragments: str) -> None:
@@ -28,9 +27,6 @@ class ErrorPathsTest(ScratchTestCase):
         self.assertNotIn("[Errno", output)
         for fragment in fragments:
             self.assertIn(fragment, output)
-
-    def install(self) -> FakeInstall:
-        return make_fake_install(self.tmp / "install", source_python(STOCK))
 
     def test_a_python_named_on_path_is_looked_up_there(self) -> None:
         install = self.install()

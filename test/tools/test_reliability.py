@@ -15,19 +15,16 @@ import unittest
 from pathlib import Path
 
 from checkout_repo import make_checkout, site_of
-from fake_install import (copy_project, make_fake_install, REPO, ScratchTestCase, source_python, STATE_DIRNAME,
-                          STOCK, TOUCHED)
+from fake_install import (copy_project, InstallTestCase, REPO, source_python, STATE_DIRNAME, STOCK,
+                          TOUCHED)
 
 CONFIG = "torch/_inductor/config.py"
 PATCH_0003 = "0003-inductor-add-pre_grad_pass_timing-early-late-default.patch"
 
 
-class ReliabilityTest(ScratchTestCase):
+class ReliabilityTest(InstallTestCase):
     scratch_prefix = "pregrad-reliability-"
     maxDiff = None
-
-    def install(self, name: str = "install"):
-        return make_fake_install(self.tmp / name, source_python(STOCK))
 
     def project_copy(self) -> Path:
         """scripts/, torch_backport/ and patches/ of this project, to damage a

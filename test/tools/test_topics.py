@@ -14,9 +14,9 @@ import unittest
 
 import torch_backport.series as model
 from checkout_repo import make_checkout, site_of
-from fake_install import (AUTOCAST, copy_project, FakeInstall, INSTALLED, ISA_PROBE,
-                          make_fake_install, ScratchTestCase, source_python, STATE_DIRNAME, STOCK,
-                          TOUCHED, UPSTREAM)
+from fake_install import (AUTOCAST, copy_project, FakeInstall, INSTALLED, InstallTestCase,
+                          ISA_PROBE, ScratchTestCase, source_python, STATE_DIRNAME, STOCK, TOUCHED,
+                          UPSTREAM)
 
 ISA = model.select_topics(["cpu-isa-probe"])[0]
 
@@ -28,14 +28,9 @@ def isa_patched() -> bytes:
     return model.apply_series({ISA_PROBE: pristine}, series)[ISA_PROBE]
 
 
-class TopicsWheelTest(ScratchTestCase):
+class TopicsWheelTest(InstallTestCase):
     scratch_prefix = "pregrad-topics-test-"
     maxDiff = None
-
-    def install(self, source: str = STOCK, version: str | None = None,
-                vendor_edits: dict[str, bytes] | None = None) -> FakeInstall:
-        return make_fake_install(self.tmp / "install", source_python(source), version,
-                                 vendor_edits=vendor_edits)
 
     def test_default_apply_leaves_the_opt_in_topic_alone(self) -> None:
         install = self.install()

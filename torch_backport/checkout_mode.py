@@ -8,14 +8,13 @@ Works through git only (`git am -3`, `git apply --3way`, `git revert`,
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ContextManager, Dict, IO, List, Optional, Set, Tuple
+from typing import Callable, Dict, IO, List, Optional, Set, Tuple
 
 from torch_backport.series import (
     apply_each,
@@ -28,6 +27,7 @@ from torch_backport.series import (
     Topic,
     topic_files,
 )
+from torch_backport.driver import Mode
 from torch_backport.fsio import step
 
 MARKERS = ["torch/_inductor/config.py", "torch/_functorch/aot_autograd.py"]
@@ -636,9 +636,11 @@ def check_revert(checkout: Path, commits: List[Tuple[str, str]]) -> int:
     return 0
 
 
-class CheckoutMode:
-    """The driver's view of a checkout (driver.Mode). A run that fails part
-    way is not taken back: its commits are whole, and the next run finishes."""
+class CheckoutMode(Mode):
+    """The driver's view of a checkout. A run that fails part way is not
+    taken back (is_applied is False): its commits are whole, and the next run
+    finishes. A tree's --status counts each topic's commits itself (no
+    unapplied_defaults)."""
 
     def __init__(self, history: History, commit: bool) -> None:
         self.history = history
@@ -660,23 +662,6 @@ class CheckoutMode:
         except Refused:
             return None  # no series for this tree: the topic's own run says so
 
-    def session(self) -> ContextManager[None]:
-        return contextlib.nullcontext()
-
-    def is_applied(self, topic: Topic) -> bool:
-        return False
-
-    def unapplied_defaults(self, chosen: List[Topic]) -> List[str]:
-        return []  # a tree's --status counts each topic's commits itself
-
-    def after_revert(self, chosen: List[Topic], named: bool) -> None:
-        pass
-
-    def interrupted(self) -> Optional[str]:
-        return None
-
-    def failed(self, command: str, topic: Optional[Topic]) -> Optional[str]:
-        return None
 
 
 def open_checkout(checkout: Path, command: str, commit: bool

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from torch_backport import __version__
-from torch_backport.fsio import cache_dir, locked
+from torch_backport.fsio import atomic_write, cache_dir, locked
 from torch_backport.series import REPO
 
 PACKAGE = Path(__file__).resolve().parent
@@ -489,7 +489,7 @@ def pypa_python(cache: Path) -> str:
             if subprocess.run(command).returncode != 0:
                 raise Failed(f"could not set up {venv} ({' '.join(command[:3])} failed; "
                              "its output is above); nothing was written")
-        ready.write_text(" ".join(PYPA))
+        atomic_write(ready, " ".join(PYPA).encode(), 0o644)
     return str(python)
 
 

@@ -13,51 +13,55 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
-from typing import Callable, ContextManager, List, Optional, Protocol
+from typing import Callable, ContextManager, List, Optional
 
 from torch_backport.series import Refused, refuse_shared_files, select_topics, Series, Topic
 
 
-class Mode(Protocol):
+class Mode:
     """One target (an install, a checkout) and how each command treats one
     topic there. `named` is whether the user named topics with --topic: a
     default topic without a series for this release is then a refusal, not
-    "not available"."""
+    "not available". A mode overrides what it has; the defaults do nothing."""
 
-    def status(self, topic: Topic, named: bool) -> int: ...
+    def status(self, topic: Topic, named: bool) -> int:
+        raise NotImplementedError
 
-    def apply(self, topic: Topic, check: bool, named: bool) -> int: ...
+    def apply(self, topic: Topic, check: bool, named: bool) -> int:
+        raise NotImplementedError
 
-    def revert(self, topic: Topic, check: bool, named: bool) -> int: ...
+    def revert(self, topic: Topic, check: bool, named: bool) -> int:
+        raise NotImplementedError
 
     def series_for(self, topic: Topic) -> Optional[Series]:
         """The series this target gets for `topic`, None if there is none."""
-        ...
+        raise NotImplementedError
 
     def session(self) -> ContextManager[None]:
         """Held around apply and revert (a lock, say)."""
-        ...
+        return contextlib.nullcontext()
 
     def is_applied(self, topic: Topic) -> bool:
         """Whether `topic` is applied, for taking back what a failed run
         applied; a mode that cannot take back answers False."""
-        ...
+        return False
 
-    def after_revert(self, chosen: List[Topic], named: bool) -> None: ...
+    def after_revert(self, chosen: List[Topic], named: bool) -> None:
+        """Called after a revert of the topics `chosen`."""
 
     def unapplied_defaults(self, chosen: List[Topic]) -> List[str]:
         """The default topics that are pristine, with a series here, while
         another default topic is applied: a partly applied target (--status
         exit 1)."""
-        ...
+        return []
 
     def interrupted(self) -> Optional[str]:
         """What to say on Ctrl-C (exit 130); None lets it propagate."""
-        ...
+        return None
 
     def failed(self, command: str, topic: Optional[Topic]) -> Optional[str]:
         """Where the target stands after an OSError in `command`."""
-        ...
+        return None
 
 
 def chosen_topics(command: str, names: Optional[List[str]]) -> List[Topic]:

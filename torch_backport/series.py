@@ -117,6 +117,10 @@ class Topic:
         after "topic NAME: " for the others."""
         return text if self.primary else f"topic {self.name}: {text}"
 
+    def qualified(self, preposition: str) -> str:
+        """"" for the original series, else e.g. " of topic NAME"."""
+        return "" if self.primary else f" {preposition} topic {self.name}"
+
     def left_alone_unless(self, named: bool) -> bool:
         """Whether a run leaves this topic alone where no series of it fits
         (saying "not available"): a topic other than the original one that the
@@ -340,7 +344,7 @@ def load_series(base: str, topic: Optional[Topic] = None) -> Series:
     directory = topic.directory(base)
     series_file = directory / "series"
     if not series_file.is_file():
-        what = "" if topic.primary else f" in topic {topic.name}"
+        what = topic.qualified("in")
         raise Refused(f"no series for base {base!r}{what}; supported bases: "
                       + ", ".join(supported_bases(topic)))
     patches: List[Patch] = []
@@ -601,7 +605,7 @@ def series_by_content(version: str, blobs: Mapping[str, Optional[str]], chosen: 
             if topic in optional:
                 print(f"topic {topic.name}: not available for this release{detail}; left out")
                 continue
-            what = "" if topic.primary else f" of topic {topic.name}"
+            what = topic.qualified("of")
             raise Refused(f"torch {version}: no series{what} matches its files{detail}; "
                           "nothing was written")
         print(f"torch {version}: {found.reason()}: {verb} {shown(found.series.directory)}")

@@ -19,6 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, ContextManager, Dict, List, Optional
 
+from torch_backport.driver import Mode
 from torch_backport.fsio import atomic_write, locked, step
 from torch_backport.series import (
     apply_series,
@@ -490,7 +491,7 @@ def refuse_unless_applicable(status: Status) -> None:
                    if found is not None and found.series is not None else "")
         raise Refused(
             f"torch {status.install.version} is not a supported base"
-            + ("" if topic.primary else f" of topic {topic.name}")
+            + topic.qualified("of")
             + f"{closest} (supported: {', '.join(supported_bases(topic))}); nothing was changed"
         )
     if status.state == "modified":
@@ -728,8 +729,8 @@ def note_other_topics(install: Install, chosen: List[Topic]) -> None:
                   f"--revert --topic {topic.name}")
 
 
-class InstallMode:
-    """The driver's view of an installed torch (driver.Mode)."""
+class InstallMode(Mode):
+    """The driver's view of an installed torch."""
 
     def __init__(self, install: Install) -> None:
         self.install = install

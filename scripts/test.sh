@@ -36,8 +36,9 @@
 # stock venv, and that venv runs test/dynamo/test_installed_patched_wheel.py
 # (pip check, --status, every installed file's sha256 against the patched
 # 2.11.0 copy, the README's hash-pin recipe in a fresh venv). A job starts as
-# soon as its venvs are ready: one at a time while venvs install, then two. At the end it prints a table build x suite -> passed /
-# failed / expected-fail with a verdict, each job's wall time and tier, and a
+# soon as its venvs are ready: one at a time while venvs install, then two.
+# At the end it prints a table build x suite -> passed / failed /
+# expected-fail with a verdict, each job's wall time and tier, and a
 # summary line. Full pytest output, expected failures included, goes to log
 # files under $PREGRAD_LOGS (default: test-logs/ in the repository), not to
 # the terminal.

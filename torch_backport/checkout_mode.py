@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, IO, List, Optional, Set, Tuple
 
+from torch_backport.driver import Mode
+from torch_backport.fsio import step
 from torch_backport.series import (
     apply_each,
     load_series,
@@ -27,8 +29,6 @@ from torch_backport.series import (
     Topic,
     topic_files,
 )
-from torch_backport.driver import Mode
-from torch_backport.fsio import step
 
 MARKERS = ["torch/_inductor/config.py", "torch/_functorch/aot_autograd.py"]
 
@@ -661,7 +661,6 @@ class CheckoutMode(Mode):
             return identify_base(self.history, topic).series
         except Refused:
             return None  # no series for this tree: the topic's own run says so
-
 
 
 def open_checkout(checkout: Path, command: str, commit: bool

@@ -29,12 +29,15 @@ from pathlib import Path
 KERNEL_DIRECTORY = re.compile(r"[a-z0-9]{2}")
 KEPT = {"locks"}
 CACHE_DIR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
+# Only a directory made here is ever emptied: a test run without conftest.py
+# (python -m unittest, say) must not empty the user's own Inductor cache.
+PREFIX = "pregrad-inductor-cache-"
 
 
 def make_process_cache_dir() -> Path:
     """A new cache directory for this process's compiles, in the environment
     (children a test starts inherit it)."""
-    path = Path(tempfile.mkdtemp(prefix="pregrad-inductor-cache-"))
+    path = Path(tempfile.mkdtemp(prefix=PREFIX))
     os.environ[CACHE_DIR_VARIABLE] = str(path)
     # Inductor's TestCase would put each test in a new directory instead.
     os.environ["INDUCTOR_TEST_DISABLE_FRESH_CACHE"] = "1"
@@ -56,7 +59,9 @@ def fresh_compile_caches() -> Iterator[Path]:
     """Inductor's `fresh_cache()`, keeping the compiled kernels (see above)."""
     from torch._inductor.utils import clear_caches
 
-    root = Path(os.environ[CACHE_DIR_VARIABLE])
+    root = Path(os.environ.get(CACHE_DIR_VARIABLE, ""))
+    if not root.name.startswith(PREFIX):
+        root = make_process_cache_dir()
     empty_but_kernels(root)
     clear_caches()
     try:

@@ -215,6 +215,7 @@ class InstalledPatchedWheelTest(expecttest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
+        super().setUpClass()
         scratch = tempfile.TemporaryDirectory(prefix="pregrad-patched-wheel-install-")
         cls.addClassCleanup(scratch.cleanup)
         cls.tmp = Path(scratch.name)

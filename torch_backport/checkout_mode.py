@@ -8,15 +8,16 @@ Works through git only (`git am -3`, `git apply --3way`, `git revert`,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, IO, List, Optional, Set, Tuple
+from typing import Callable, Dict, IO, Iterator, List, Optional, Set, Tuple, Union
 
-from torch_backport.driver import Mode
+from torch_backport.driver import Mode, Plan, Say
 from torch_backport.fsio import step
 from torch_backport.series import (
     apply_each,
@@ -149,6 +150,7 @@ class History:
         #           the bases whose pristine blobs are there)
         self.floors: Dict[str, tuple[int, List[str]]] = {}
         self._patch_ids: Dict[str, str] = {}
+        self.bases: Dict[str, Union[Base, Refused]] = {}  # identify_base's answers
         self._walk()
 
     def _reached_floor(self, state: Dict[str, Optional[str]], changed: Set[str]) -> None:
@@ -240,7 +242,20 @@ class History:
 
 def identify_base(history: History, topic: Topic) -> Base:
     """The base of the checkout: the one whose series is (partly) in HEAD's
-    history, else the one whose pristine blobs the touched files match."""
+    history, else the one whose pristine blobs the touched files match.
+    Answered once per topic and command: the history is read once too."""
+    if topic.name not in history.bases:
+        try:
+            history.bases[topic.name] = find_base(history, topic)
+        except Refused as problem:
+            history.bases[topic.name] = problem
+    found = history.bases[topic.name]
+    if isinstance(found, Refused):
+        raise found
+    return found
+
+
+def find_base(history: History, topic: Topic) -> Base:
     checkout = history.checkout
     # Bases share patch subjects (one concern, one subject on every base),
     # and some topics' patches have the same patch-id on several bases: the
@@ -427,7 +442,7 @@ def conflict_locations(checkout: Path) -> List[str]:
 # Commands
 
 
-def cmd_status(history: History, topic: Topic, named: bool = True) -> int:
+def cmd_status(history: History, topic: Topic) -> int:
     checkout = history.checkout
     upstream = feature_at_head(checkout, topic)
     try:
@@ -435,9 +450,6 @@ def cmd_status(history: History, topic: Topic, named: bool = True) -> int:
     except Refused as problem:
         print(f"{topic_label(checkout, topic)} {problem}")
         print(f"feature present at HEAD: {'yes' if upstream else 'no'}")
-        if not upstream and topic.left_alone_unless(named):
-            print("not available for this tree: a plain apply leaves this topic alone")
-            return 0
         return 0 if upstream else 1
     applied = find_series_commits(history, base.series)
     print(f"{topic_label(checkout, topic)} base {base.series.base} ({base.reason})")
@@ -453,52 +465,76 @@ def cmd_status(history: History, topic: Topic, named: bool = True) -> int:
     return 0
 
 
-def cmd_apply(history: History, check: bool, commit: bool, topic: Topic,
-              named: bool = True) -> int:
+def not_available(history: History, command: str, topic: Topic) -> Optional[List[str]]:
+    """What `command` says of a topic that no base of fits this tree and
+    that the run leaves alone; None if one fits or HEAD has the feature."""
+    try:
+        identify_base(history, topic)
+        return None
+    except Refused as problem:
+        if feature_at_head(history.checkout, topic):
+            return None
+        if command == "apply":
+            # A default topic the user did not name: the others still go in.
+            return [topic.label(f"not available for this tree: {problem}; left alone")]
+        return [f"{topic_label(history.checkout, topic)} {problem}",
+                "feature present at HEAD: no",
+                "not available for this tree: a plain apply leaves this topic alone"]
+
+
+def plan_apply(history: History, commit: bool, topic: Topic, plan: Plan) -> None:
+    """`git am -3` the patches of the series that HEAD's history lacks (with
+    `commit` False, stage them): `plan` gets what the run says and does."""
     checkout = history.checkout
     upstream_note = (f"{topic.present} at HEAD: the checkout has the feature upstream; "
                      "nothing to do")
     try:
         base = identify_base(history, topic)
-    except Refused as problem:
+    except Refused:
         if feature_at_head(checkout, topic):
-            print(topic.label(upstream_note))
-            return 0
-        if topic.left_alone_unless(named):
-            # A default topic the user did not name: the others still go in.
-            print(topic.label(f"not available for this tree: {problem}; left alone"))
-            return 0
+            plan.say(topic.label(upstream_note))
+            return
         raise
     applied = find_series_commits(history, base.series)
     names = [patch.name for patch in base.series.patches]
     done = [name for name in names if applied[name]]
-    print(topic.label(f"base {base.series.base}: {base.reason}"))
+    plan.say(topic.label(f"base {base.series.base}: {base.reason}"))
     if len(done) == len(names):
-        print(f"already applied: all {len(names)} patches are in HEAD's history; nothing to do")
-        return 0
+        plan.say(f"already applied: all {len(names)} patches are in HEAD's history; "
+                 "nothing to do")
+        return
     if not done and base.series.adds_feature and feature_at_head(checkout, topic):
-        print(upstream_note)
-        return 0
+        plan.say(upstream_note)
+        return
     if done != names[: len(done)]:
         raise Refused("only part of the series is applied, and not as a prefix "
                       f"({', '.join(done)}); revert it with --revert first")
     todo = [patch for patch in base.series.patches if patch.name not in done]
     if done:
-        print(f"{len(done)} patch(es) already applied; applying the other {len(todo)}")
+        plan.say(f"{len(done)} patch(es) already applied; applying the other {len(todo)}")
     seed_preimage_blobs(checkout, base.series)
-    if check:
-        return check_apply(checkout, base, todo)
+    plan.trial = lambda say: try_apply(checkout, base, todo, say)
+    plan.would = [f"check: {len(todo)} patch(es) would apply; HEAD, index and work tree "
+                  "untouched"]
     if commit:
-        require_identity(checkout)
-        return apply_as_commits(checkout, todo)
-    return apply_staged(checkout, todo)
+        plan.writes = lambda say: apply_as_commits(checkout, todo, say)
+    else:
+        plan.writes = lambda say: apply_staged(checkout, todo, say)
 
 
-def check_apply(checkout: Path, base: Base, todo: List[Patch]) -> int:
-    """Apply into a throw-away index: HEAD, the index and the tree stay untouched."""
+@contextlib.contextmanager
+def throwaway_index(checkout: Path) -> Iterator[Dict[str, str]]:
+    """The environment of a git index read from HEAD that nothing else
+    sees: HEAD, the index and the tree stay untouched."""
     with tempfile.TemporaryDirectory(prefix="pregrad-check-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         git(checkout, "read-tree", "HEAD", env=env)
+        yield env
+
+
+def try_apply(checkout: Path, base: Base, todo: List[Patch], say: Say) -> None:
+    """Apply into a throw-away index, saying each patch that would apply."""
+    with throwaway_index(checkout) as env:
         for patch in todo:
             # A plain apply first, to name the failing hunks should the 3-way
             # merge fail too (--3way leaves no markers in a throw-away index).
@@ -518,15 +554,14 @@ def check_apply(checkout: Path, base: Base, todo: List[Patch]) -> int:
                               + "\n  ".join(hunks or conflicted or result.stderr.splitlines())
                               + "\ncheck: nothing was changed")
             how = "cleanly" if base.exact else "(3-way merge)"
-            print(f"  would apply {patch.name} {how}")
-    print(f"check: {len(todo)} patch(es) would apply; HEAD, index and work tree untouched")
-    return 0
+            say(f"  would apply {patch.name} {how}")
 
 
-def apply_as_commits(checkout: Path, todo: List[Patch]) -> int:
+def apply_as_commits(checkout: Path, todo: List[Patch], say: Say) -> None:
     """`git am -3` one patch at a time: a run killed between two patches leaves
     a clean tree with a prefix of the series, which --status reports and the
     next apply finishes (or --revert removes)."""
+    require_identity(checkout)
     head_before, _ = snapshot_refs(checkout)
     orig_before = orig_head(checkout)
     for patch in todo:
@@ -548,13 +583,12 @@ def apply_as_commits(checkout: Path, todo: List[Patch]) -> int:
             + ("\nthe am was aborted; HEAD, index and work tree are as before"
                if restored else "\nWARNING: could not restore the checkout exactly")
         )
-    print(git(checkout, "log", "--oneline", "--no-decorate",
-              f"{head_before}..HEAD").stdout.rstrip())
-    print(f"applied {len(todo)} patch(es) as commits on top of {head_before[:12]}")
-    return 0
+    say(git(checkout, "log", "--oneline", "--no-decorate",
+            f"{head_before}..HEAD").stdout.rstrip())
+    say(f"applied {len(todo)} patch(es) as commits on top of {head_before[:12]}")
 
 
-def apply_staged(checkout: Path, todo: List[Patch]) -> int:
+def apply_staged(checkout: Path, todo: List[Patch], say: Say) -> None:
     for patch in todo:
         result = git(checkout, "apply", "--index", "--3way", str(patch), check=False)
         if result.returncode != 0:
@@ -566,27 +600,32 @@ def apply_staged(checkout: Path, todo: List[Patch]) -> int:
             raise Refused(f"{patch.name} does not apply, even with a 3-way merge; "
                           "conflicts at:\n" + "\n".join(f"  {p}" for p in places)
                           + "\nthe index and work tree were reset to HEAD")
-        print(f"  staged {patch.name}")
-    print(f"applied {len(todo)} patch(es) to the index and work tree; nothing committed")
-    return 0
+        say(f"  staged {patch.name}")
+    say(f"applied {len(todo)} patch(es) to the index and work tree; nothing committed")
 
 
-def cmd_revert(history: History, check: bool, topic: Topic) -> int:
+def plan_revert(history: History, topic: Topic, plan: Plan) -> None:
+    """`git revert` exactly the series' commits, newest first."""
     checkout = history.checkout
     try:
         base = identify_base(history, topic).series
     except Refused:
-        print(f"topic {topic.name}: nothing to revert: this tree has no series of it")
-        return 0
+        plan.say(f"topic {topic.name}: nothing to revert: this tree has no series of it")
+        return
     applied = find_series_commits(history, base)
     commits = [(name, commit) for name, commit in applied.items() if commit]
     if not commits:
-        print(f"topic {topic.name}: nothing to revert: no commit of its {base.base} "
-              "series is in HEAD's history")
-        return 0
+        plan.say(f"topic {topic.name}: nothing to revert: no commit of its {base.base} "
+                 "series is in HEAD's history")
+        return
+    plan.trial = lambda say: try_revert(checkout, commits, say)
+    plan.would = [f"check: {len(commits)} commit(s) would revert; HEAD, index and work tree "
+                  "untouched"]
+    plan.writes = lambda say: revert_commits(checkout, commits, say)
+
+
+def revert_commits(checkout: Path, commits: List[Tuple[str, str]], say: Say) -> None:
     head_before, _ = snapshot_refs(checkout)
-    if check:
-        return check_revert(checkout, commits)
     require_identity(checkout)
     orig_before = orig_head(checkout)
     for name, commit in reversed(commits):
@@ -607,16 +646,13 @@ def cmd_revert(history: History, check: bool, topic: Topic) -> int:
                 + "\n".join(f"  {line}" for line in later.splitlines())
                 + f"\nnothing was changed: HEAD is back at {head_before[:12]}"
             )
-        print(f"  reverted {commit[:12]}  {name}")
-    print(f"reverted {len(commits)} commit(s) of the series")
-    return 0
+        say(f"  reverted {commit[:12]}  {name}")
+    say(f"reverted {len(commits)} commit(s) of the series")
 
 
-def check_revert(checkout: Path, commits: List[Tuple[str, str]]) -> int:
+def try_revert(checkout: Path, commits: List[Tuple[str, str]], say: Say) -> None:
     """Reverse-apply each commit into a throw-away index, newest first."""
-    with tempfile.TemporaryDirectory(prefix="pregrad-check-") as tmp:
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        git(checkout, "read-tree", "HEAD", env=env)
+    with throwaway_index(checkout) as env:
         for name, commit in reversed(commits):
             diff = git(checkout, "diff", "--full-index", f"{commit}^", commit).stdout
             result = git(checkout, "apply", "--cached", "--3way", "-R", "-",
@@ -631,9 +667,7 @@ def check_revert(checkout: Path, commits: List[Tuple[str, str]]) -> int:
                     "same lines in " + ", ".join(conflicted or ["its files"])
                     + ":\n" + "\n".join(f"  {line}" for line in later.splitlines())
                     + "\ncheck: nothing was changed")
-            print(f"  would revert {commit[:12]}  {name}")
-    print(f"check: {len(commits)} commit(s) would revert; HEAD, index and work tree untouched")
-    return 0
+            say(f"  would revert {commit[:12]}  {name}")
 
 
 class CheckoutMode(Mode):
@@ -646,15 +680,17 @@ class CheckoutMode(Mode):
         self.history = history
         self.commit = commit
 
-    def status(self, topic: Topic, named: bool) -> int:
-        return cmd_status(self.history, topic, named)
+    def status(self, topic: Topic) -> int:
+        return cmd_status(self.history, topic)
 
-    def apply(self, topic: Topic, check: bool, named: bool) -> int:
-        # The silent pre-check runs with check=True, which never commits.
-        return cmd_apply(self.history, check, self.commit, topic, named)
+    def plan(self, command: str, topic: Topic, plan: Plan) -> None:
+        if command == "apply":
+            plan_apply(self.history, self.commit, topic, plan)
+        else:
+            plan_revert(self.history, topic, plan)
 
-    def revert(self, topic: Topic, check: bool, named: bool) -> int:
-        return cmd_revert(self.history, check, topic)
+    def not_available(self, command: str, topic: Topic) -> Optional[List[str]]:
+        return not_available(self.history, command, topic)
 
     def series_for(self, topic: Topic) -> Optional[Series]:
         try:

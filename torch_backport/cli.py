@@ -508,13 +508,14 @@ def engine(order: Dict[str, Any]) -> int:
     names = order["topics"] or None
     if order["engine"] == "wheel-build":
         from torch_backport.patched_wheel import cmd_wheel
-        return driver.generate(names, lambda chosen: cmd_wheel(
-            order["source"], Path(order["out"]), Path(order["cache"]), chosen,
-            bool(names), order["check"], order.get("lock")),
+        return driver.generate(names, lambda chosen, optional: cmd_wheel(
+            order["source"], Path(order["out"]), Path(order["cache"]), chosen, optional,
+            order["check"], order.get("lock")),
             "the partial wheel was removed; nothing was written")
     if order["engine"] == "overlay":
         from torch_backport.overlay import cmd_overlay
-        return driver.generate(names, lambda chosen: cmd_overlay(
+        # An overlay leaves no topic out: it is what was asked for, or nothing.
+        return driver.generate(names, lambda chosen, optional: cmd_overlay(
             order["base"], Path(order["out"]), order["from_install"], Path(order["cache"]),
             chosen), "the output directory keeps a journal of what this run wrote; the "
             "next run finishes or replaces it")

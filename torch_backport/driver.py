@@ -1,41 +1,89 @@
 """The one driver for topics, used by every mode (an installed wheel, a
-checkout): which topics a command acts on, --status over all of them, the
-silent pre-check that lets a refusal of one topic leave every topic as it
-was, and the exit code.
+checkout): which topics a command acts on, --status over all of them, which
+topics a run leaves alone, the plans made before anything is written, and
+the exit code.
 
-A mode says how to do one topic (`Mode`); this module says how topics
-combine. Exit codes: 0 done or nothing to do, 1 refused or failed (nothing
-changed), 130 interrupted (what was written is restored).
+A mode says what one command does to one topic (a `Plan`); this module says
+how topics combine. `--check` shows each plan; a run that writes makes every
+topic's plan first (and tries it, where trying is a step of its own), so a
+refusal of one topic leaves every topic as it was. Exit codes: 0 done or
+nothing to do, 1 refused or failed (nothing changed), 130 interrupted (what
+was written is restored).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
+import dataclasses
 import sys
-from typing import Callable, ContextManager, List, Optional
+from typing import Callable, ContextManager, List, Mapping, Optional, Tuple
 
-from torch_backport.series import Refused, refuse_shared_files, select_topics, Series, Topic
+from torch_backport.series import (
+    Refused,
+    refuse_shared_files,
+    select_topics,
+    Series,
+    series_by_content,
+    shown,
+    Topic,
+)
+
+Say = Callable[[str], None]
+
+
+def quiet(line: str) -> None:
+    """A `Say` that keeps nothing: for taking back what a failed run applied."""
+
+
+@dataclasses.dataclass
+class Plan:
+    """What one command does to one topic, decided before anything is
+    written: what the run says whether it writes or not (`said`), what
+    --check says instead of writing (`would`), the writes, and, where the
+    writes can be tried without changing anything (a throw-away git index),
+    that trial."""
+    said: List[str] = dataclasses.field(default_factory=list)
+    would: List[str] = dataclasses.field(default_factory=list)
+    writes: Optional[Callable[[Say], None]] = None
+    trial: Optional[Callable[[Say], None]] = None
+
+    def say(self, line: str) -> None:
+        self.said.append(line)
+
+    def check(self, say: Say) -> None:
+        """What --check prints after `said`: the trial's lines, then `would`."""
+        if self.trial is not None:
+            self.trial(say)
+        for line in self.would:
+            say(line)
+
+    def execute(self, say: Say) -> None:
+        if self.writes is not None:
+            self.writes(say)
 
 
 class Mode:
-    """One target (an install, a checkout) and how each command treats one
-    topic there. `named` is whether the user named topics with --topic: a
-    default topic without a series for this release is then a refusal, not
-    "not available". A mode overrides what it has; the defaults do nothing."""
+    """One target (an install, a checkout) and what each command does to one
+    topic there. A mode overrides what it has; the defaults do nothing."""
 
-    def status(self, topic: Topic, named: bool) -> int:
+    def status(self, topic: Topic) -> int:
+        """Print where the target stands for `topic`; the exit code."""
         raise NotImplementedError
 
-    def apply(self, topic: Topic, check: bool, named: bool) -> int:
-        raise NotImplementedError
-
-    def revert(self, topic: Topic, check: bool, named: bool) -> int:
+    def plan(self, command: str, topic: Topic, plan: Plan) -> None:
+        """Fill in `plan` for `command` (apply or revert) on `topic`, or raise
+        Refused; what `plan` says before the refusal is shown with it."""
         raise NotImplementedError
 
     def series_for(self, topic: Topic) -> Optional[Series]:
         """The series this target gets for `topic`, None if there is none."""
         raise NotImplementedError
+
+    def not_available(self, command: str, topic: Topic) -> Optional[List[str]]:
+        """What `command` (status or apply) says of a topic for which this
+        target has no series, and which the run leaves alone
+        (`Topic.left_alone_unless`); None if it has one."""
+        return None
 
     def session(self) -> ContextManager[None]:
         """Held around apply and revert (a lock, say)."""
@@ -46,8 +94,8 @@ class Mode:
         applied; a mode that cannot take back answers False."""
         return False
 
-    def after_revert(self, chosen: List[Topic], named: bool) -> None:
-        """Called after a revert of the topics `chosen`."""
+    def after_plain_revert(self, chosen: List[Topic]) -> None:
+        """Called after a revert without --topic of the topics `chosen`."""
 
     def unapplied_defaults(self, chosen: List[Topic]) -> List[str]:
         """The default topics that are pristine, with a series here, while
@@ -70,70 +118,112 @@ def chosen_topics(command: str, names: Optional[List[str]]) -> List[Topic]:
     return select_topics(["all"] if command == "status" and not names else names)
 
 
+def left_alone(mode: Mode, command: str, topic: Topic, named: bool) -> Optional[List[str]]:
+    """The lines a run says instead of acting on `topic`, if it leaves it
+    alone: the one place the optional-topic rule is applied to a target."""
+    if command == "revert" or not topic.left_alone_unless(named):
+        return None
+    return mode.not_available(command, topic)
+
+
+def make_plan(mode: Mode, command: str, topic: Topic, named: bool, tried: bool) -> Plan:
+    """The topic's plan (with `tried`, its trial run too, saying nothing).
+    On a refusal, what the plan said so far is printed before it propagates."""
+    plan = Plan()
+    unavailable = left_alone(mode, command, topic, named)
+    if unavailable is not None:
+        plan.said = unavailable
+        return plan
+    heard: List[str] = []
+    try:
+        mode.plan(command, topic, plan)
+        if tried and plan.trial is not None:
+            plan.trial(heard.append)
+    except Refused:
+        for line in plan.said + heard:
+            print(line)
+        raise
+    return plan
+
+
+def show_status(mode: Mode, chosen: List[Topic], named: bool) -> int:
+    results = []
+    for number, topic in enumerate(chosen):
+        if number:
+            print()
+        unavailable = left_alone(mode, "status", topic, named)
+        if unavailable is not None:
+            print("\n".join(unavailable))
+            results.append(0)
+        else:
+            results.append(mode.status(topic))
+    code = max(results)
+    missing = [] if code or named else mode.unapplied_defaults(chosen)
+    if missing:
+        print(f"\npartly applied: default topic {', '.join(missing)} is pristine while "
+              "another default topic is applied; apply without --topic applies "
+              "it (--topic default,NAME adds an opt-in topic)")
+        return 1
+    return code
+
+
+def execute_plans(mode: Mode, command: str, chosen: List[Topic], named: bool,
+                  reached: List[Topic]) -> None:
+    """Make every topic's plan, then carry them out in order. Every topic is
+    planned (and tried) before any is written: a refusal for the second
+    leaves the first unapplied too. `reached` gets each topic as its writes
+    start."""
+    plans = [make_plan(mode, command, topic, named, tried=len(chosen) > 1)
+             for topic in chosen]
+    applied_here: List[Topic] = []
+    try:
+        for topic, plan in zip(chosen, plans):
+            reached.append(topic)
+            before = mode.is_applied(topic)
+            for line in plan.said:
+                print(line)
+            plan.execute(print)
+            if command == "apply" and not before and mode.is_applied(topic):
+                applied_here.append(topic)
+    except BaseException:
+        # A failure no plan could foresee (disk full, an I/O error) in one
+        # topic: take back the topics this run applied before it, so that
+        # the target is as it was.
+        for topic in reversed(applied_here):
+            make_plan(mode, "revert", topic, named, tried=False).execute(quiet)
+            print(f"took back topic {topic.name}, applied earlier in this run",
+                  file=sys.stderr)
+        raise
+
+
 def run(command: str, names: Optional[List[str]], check: bool,
         open_mode: Callable[[List[Topic]], Mode]) -> int:
     """Run `command` (apply, revert, status) on the topics `names` selects
     in the target `open_mode` opens; print refusals and return the exit code."""
     mode: Optional[Mode] = None
-    current: Optional[Topic] = None
+    reached: List[Topic] = []
     try:
         chosen = chosen_topics(command, names)
         mode = open_mode(chosen)
         named = bool(names)
         if command == "status":
-            results = []
-            for number, topic in enumerate(chosen):
-                if number:
-                    print()
-                results.append(mode.status(topic, named))
-            code = max(results)
-            missing = [] if code or named else mode.unapplied_defaults(chosen)
-            if missing:
-                print(f"\npartly applied: default topic {', '.join(missing)} is pristine while "
-                      "another default topic is applied; apply without --topic applies "
-                      "it (--topic default,NAME adds an opt-in topic)")
-                return 1
-            return code
-        act = mode.apply if command == "apply" else mode.revert
+            return show_status(mode, chosen, named)
         with mode.session():
             if len(chosen) > 1:
                 refuse_shared_files([series for series in map(mode.series_for, chosen)
                                      if series is not None])
-            if len(chosen) > 1 and not check:
-                # Every topic is checked before any is written: a refusal for
-                # the second leaves the first unapplied too. The refused
-                # topic's lines are shown with its error.
+            if check:
                 for topic in chosen:
-                    captured = io.StringIO()
-                    try:
-                        with contextlib.redirect_stdout(captured):
-                            act(topic, True, named)
-                    except Refused:
-                        sys.stdout.write(captured.getvalue())
-                        raise
-            result = 0
-            applied_here: List[Topic] = []
-            try:
-                for topic in chosen:
-                    current = topic
-                    before = mode.is_applied(topic)
-                    result = max(result, act(topic, check, named))
-                    if (command == "apply" and not check and not before
-                            and mode.is_applied(topic)):
-                        applied_here.append(topic)
-            except BaseException:
-                # A failure the pre-check could not foresee (disk full, an
-                # I/O error) in one topic: take back the topics this run
-                # applied before it, so that the target is as it was.
-                for topic in reversed(applied_here):
-                    with contextlib.redirect_stdout(io.StringIO()):
-                        mode.revert(topic, False, named)
-                    print(f"took back topic {topic.name}, applied earlier in this run",
-                          file=sys.stderr)
-                raise
-            if command == "revert":
-                mode.after_revert(chosen, named)
-            return result
+                    reached.append(topic)
+                    plan = make_plan(mode, command, topic, named, tried=False)
+                    for line in plan.said:
+                        print(line)
+                    plan.check(print)
+            else:
+                execute_plans(mode, command, chosen, named, reached)
+            if command == "revert" and not named:
+                mode.after_plain_revert(chosen)
+            return 0
     except Refused as problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1
@@ -144,22 +234,27 @@ def run(command: str, names: Optional[List[str]], check: bool,
         print(message, file=sys.stderr)
         return 130
     except OSError as problem:
-        # Disk full, a permission the pre-check could not foresee, an I/O
-        # error: say what failed and where the target stands now.
+        # Disk full, a permission no plan could foresee, an I/O error: say
+        # what failed and where the target stands now.
         print(f"error: {os_error(problem)}", file=sys.stderr)
+        current = reached[-1] if reached else None
         hint = mode.failed(command, current) if mode is not None else None
         if hint is not None:
             print(hint, file=sys.stderr)
         return 1
 
 
-def generate(names: Optional[List[str]], make: Callable[[List[Topic]], int],
-             interrupted: str) -> int:
+def generate(names: Optional[List[str]],
+             make: Callable[[List[Topic], Tuple[Topic, ...]], int], interrupted: str) -> int:
     """Run a command that writes something new from the chosen topics' series
-    (an overlay, a patched wheel): refusals and failures are reported like
-    `run`'s; `interrupted` is what a Ctrl-C leaves."""
+    (an overlay, a patched wheel). `make` gets the chosen topics and those of
+    them that it may leave out where no series fits (`Topic.left_alone_unless`).
+    Refusals and failures are reported like `run`'s; `interrupted` is what a
+    Ctrl-C leaves."""
     try:
-        return make(chosen_topics("generate", names))
+        chosen = chosen_topics("generate", names)
+        return make(chosen, tuple(topic for topic in chosen
+                                  if topic.left_alone_unless(bool(names))))
     except KeyboardInterrupt:
         print(f"interrupted: {interrupted}", file=sys.stderr)
         return 130
@@ -169,6 +264,22 @@ def generate(names: Optional[List[str]], make: Callable[[List[Topic]], int],
     except OSError as problem:
         print(f"error: {os_error(problem)}", file=sys.stderr)
         return 1
+
+
+def release_series(version: str, blobs: Mapping[str, Optional[str]], chosen: List[Topic],
+                   optional: Tuple[Topic, ...], verb: str) -> List[Series]:
+    """The series of a release's own files (`series_by_content`), each said
+    with `verb` ("using", "applying"), and the optional topics left out."""
+    every: List[Series] = []
+    for found in series_by_content(version, blobs, chosen, optional):
+        if found.series is not None and found.how == "pristine":
+            print(f"torch {version}: {found.reason()}: {verb} {shown(found.series.directory)}")
+            every.append(found.series)
+        else:
+            detail = f" ({found.reason()})" if found.series is not None else ""
+            print(f"topic {found.topic.name}: not available for this release{detail}; left out")
+    refuse_shared_files(every)
+    return every
 
 
 def os_error(problem: OSError) -> str:

@@ -21,6 +21,7 @@ import zipfile
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from torch_backport.driver import release_series
 from torch_backport.fsio import atomic_write, release_wheel, step
 from torch_backport.series import (
     apply_series,
@@ -31,7 +32,6 @@ from torch_backport.series import (
     Refused,
     release_numbers,
     Series,
-    series_by_content,
     sha256_hex,
     shown,
     Topic,
@@ -106,8 +106,7 @@ def overlay_series(name: str, chosen: List[Topic], from_install: bool,
     else:
         files = release_files_from_wheel(version, paths, cache)
         blobs = {rel: git_blob_id(files[rel]) if rel in files else None for rel in paths}
-    every = series_by_content(version, blobs, chosen, "using")
-    return every, version
+    return release_series(version, blobs, chosen, (), "using"), version
 
 
 def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import calendar
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -29,20 +30,20 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from wheel.wheelfile import WheelError, WheelFile
 
 from torch_backport import __version__
+from torch_backport.driver import Plan, release_series, Say
 from torch_backport.fsio import atomic_write, release_wheel, step
 from torch_backport.series import (
     apply_series,
     git_blob_id,
     Refused,
     Series,
-    series_by_content,
     sha256_hex,
     Topic,
     topic_files,
@@ -103,79 +104,112 @@ def read_checked(wheel: WheelFile, path: Path, name: str) -> bytes:
                       "nothing was written") from None
 
 
-def cmd_wheel(source: str, out: Path, cache: Path, chosen: List[Topic], named: bool,
-              check: bool, lock: Optional[str] = None) -> int:
+def cmd_wheel(source: str, out: Path, cache: Path, chosen: List[Topic],
+              optional: Tuple[Topic, ...], check: bool, lock: Optional[str] = None) -> int:
+    """Write the patched wheel of IN (`source`) into `out`; with `check`, say
+    what would be written. The topics in `optional` are left out where no
+    series fits."""
     path = source_wheel(source, cache)
     with opened(path) as wheel:
-        parsed = wheel.parsed_filename
-        assert parsed is not None
-        if canonicalize_name(parsed.group("name")) != "torch":
-            raise Refused(f"{path.name} is not a torch wheel (it is "
-                          f"{parsed.group('name')}'s); nothing was written")
-        try:
-            release = Version(parsed.group("ver"))
-        except InvalidVersion:
-            raise Refused(f"{path.name}: {parsed.group('ver')!r} is not a PEP 440 "
-                          "version; nothing was written") from None
-        dist_info = wheel.dist_info_path
-        names = set(wheel.namelist())
-        if f"{dist_info}/{BUILT_NAME}" in names:
-            raise Refused(f"{path.name} is already a patched wheel (it has "
-                          f"{dist_info}/{BUILT_NAME}); nothing was written")
-        paths = sorted({rel for topic in chosen for rel in topic_files(topic)})
-        files = {rel: read_checked(wheel, path, rel) for rel in paths if rel in names}
-        # A default topic without a series for this release is left out
-        # unless named, as a plain apply leaves it alone on an install.
-        optional = tuple(topic for topic in chosen if topic.left_alone_unless(named))
-        every = series_by_content(str(release), {rel: git_blob_id(files[rel]) if rel in files
-                                                 else None for rel in paths},
-                                  chosen, "applying", optional)
-        patched: Dict[str, bytes] = {}
-        for series in every:
-            patched.update(apply_series({rel: files[rel] for rel in series.touched}, series))
-        version = patched_version(release, every)
-        build = f"-{parsed.group('build')}" if parsed.group("build") else ""
-        name = (f"torch-{version}{build}-{parsed.group('pyver')}-{parsed.group('abi')}-"
-                f"{parsed.group('plat')}.whl")
-        new_dist_info = f"torch-{version}.dist-info"
-        built = {
-            "built-by": f"torch-pregrad-backport {__version__}",
-            "from": {"wheel": path.name, "sha256": file_sha256(path),
-                     "version": str(release)},
-            "topics": {series.topic.name: {
-                "base": series.base,
-                "series": {p.name: sha256_hex(p.read_bytes()) for p in series.patches},
-                "files": {rel: sha256_hex(patched[rel]) for rel in series.touched},
-            } for series in every},
-        }
+        plan = plan_wheel(wheel, path, out, chosen, optional, lock)
+        for line in plan.said:
+            print(line)
         if check:
-            verify_all(wheel, path)
-            print(f"check: would write {out / name} (version {version}); nothing was written")
-            return 0
-        made = not out.exists()
-        target = out / name
-        # WheelFile takes the dist-info name from the file name: the wheel is
-        # written under its own name in a scratch directory beside it.
-        scratch = out / ".pregrad-tmp"
-        partial = scratch / name
-        try:
-            step(scratch)
-            scratch.mkdir(parents=True, exist_ok=True)
-            write(wheel, path, partial, patched, dist_info, new_dist_info, release, version,
-                  json.dumps(built, indent=2, sort_keys=True) + "\n")
-            step(target)
-            os.replace(partial, target)
-        finally:
-            if scratch.exists():
-                shutil.rmtree(scratch)
-            if made and out.exists() and not target.exists():
-                out.rmdir()
-    print(f"wrote {target}")
-    print(f"  version {version} (pip's torch=={release.public} accepts it)")
-    print(f"  sha256 {file_sha256(target)}")
-    if lock is not None:
-        write_lock(Path(lock), target, release)
+            plan.check(print)
+        else:
+            plan.execute(print)
     return 0
+
+
+def release_of(wheel: WheelFile, path: Path) -> Version:
+    """The torch release `wheel` is, or Refused: not torch, or patched already."""
+    parsed = wheel.parsed_filename
+    assert parsed is not None
+    if canonicalize_name(parsed.group("name")) != "torch":
+        raise Refused(f"{path.name} is not a torch wheel (it is "
+                      f"{parsed.group('name')}'s); nothing was written")
+    try:
+        release = Version(parsed.group("ver"))
+    except InvalidVersion:
+        raise Refused(f"{path.name}: {parsed.group('ver')!r} is not a PEP 440 "
+                      "version; nothing was written") from None
+    if f"{wheel.dist_info_path}/{BUILT_NAME}" in wheel.namelist():
+        raise Refused(f"{path.name} is already a patched wheel (it has "
+                      f"{wheel.dist_info_path}/{BUILT_NAME}); nothing was written")
+    return release
+
+
+def plan_wheel(wheel: WheelFile, path: Path, out: Path, chosen: List[Topic],
+               optional: Tuple[Topic, ...], lock: Optional[str]) -> Plan:
+    release = release_of(wheel, path)
+    names = set(wheel.namelist())
+    paths = sorted({rel for topic in chosen for rel in topic_files(topic)})
+    files = {rel: read_checked(wheel, path, rel) for rel in paths if rel in names}
+    every = release_series(str(release), {rel: git_blob_id(files[rel]) if rel in files
+                                          else None for rel in paths},
+                           chosen, optional, "applying")
+    patched: Dict[str, bytes] = {}
+    for series in every:
+        patched.update(apply_series({rel: files[rel] for rel in series.touched}, series))
+    version = patched_version(release, every)
+    parsed = wheel.parsed_filename
+    assert parsed is not None
+    build = f"-{parsed.group('build')}" if parsed.group("build") else ""
+    name = (f"torch-{version}{build}-{parsed.group('pyver')}-{parsed.group('abi')}-"
+            f"{parsed.group('plat')}.whl")
+    built = {
+        "built-by": f"torch-pregrad-backport {__version__}",
+        "from": {"wheel": path.name, "sha256": file_sha256(path), "version": str(release)},
+        "topics": {series.topic.name: {
+            "base": series.base,
+            "series": {p.name: sha256_hex(p.read_bytes()) for p in series.patches},
+            "files": {rel: sha256_hex(patched[rel]) for rel in series.touched},
+        } for series in every},
+    }
+    patched_wheel = PatchedWheel(wheel, path, out / name, patched, release, version,
+                                 json.dumps(built, indent=2, sort_keys=True) + "\n")
+    return Plan(trial=lambda say: verify_all(wheel, path),
+                would=[f"check: would write {out / name} (version {version}); "
+                       "nothing was written"],
+                writes=lambda say: write_patched(patched_wheel, lock, say))
+
+
+@dataclasses.dataclass
+class PatchedWheel:
+    """What a patched wheel is made of: the source wheel, open, and the
+    files and metadata that change."""
+    wheel: WheelFile
+    path: Path  # the source wheel
+    target: Path  # where the patched wheel goes
+    patched: Dict[str, bytes]
+    release: Version
+    version: Version
+    built: str  # the JSON of BUILT_NAME
+
+
+def write_patched(made: PatchedWheel, lock: Optional[str], say: Say) -> None:
+    out, target = made.target.parent, made.target
+    created = not out.exists()
+    # WheelFile takes the dist-info name from the file name: the wheel is
+    # written under its own name in a scratch directory beside it.
+    scratch = out / ".pregrad-tmp"
+    partial = scratch / target.name
+    try:
+        step(scratch)
+        scratch.mkdir(parents=True, exist_ok=True)
+        write(made, partial)
+        step(target)
+        os.replace(partial, target)
+    finally:
+        if scratch.exists():
+            shutil.rmtree(scratch)
+        if created and out.exists() and not target.exists():
+            out.rmdir()
+    say(f"wrote {target}")
+    say(f"  version {made.version} (pip's torch=={made.release.public} accepts it)")
+    say(f"  sha256 {file_sha256(target)}")
+    if lock is not None:
+        write_lock(Path(lock), target, made.release)
 
 
 def write_lock(lock: Path, wheel: Path, release: Version) -> None:
@@ -223,9 +257,9 @@ def verify_all(wheel: WheelFile, path: Path) -> None:
             read_checked(wheel, path, info.filename)
 
 
-def write(wheel: WheelFile, path: Path, partial: Path, patched: Dict[str, bytes],
-          dist_info: str, new_dist_info: str, release: Version, version: Version,
-          built: str) -> None:
+def write(made: PatchedWheel, partial: Path) -> None:
+    wheel, path = made.wheel, made.path
+    dist_info, new_dist_info = wheel.dist_info_path, f"torch-{made.version}.dist-info"
     record_info = wheel.getinfo(wheel.record_path)
     entries = [info for info in wheel.infolist() if not info.is_dir()
                and not info.filename.startswith(wheel.record_path)]  # RECORD(.jws|.p7s)
@@ -236,21 +270,21 @@ def write(wheel: WheelFile, path: Path, partial: Path, patched: Dict[str, bytes]
         step(partial)
         with WheelFile(str(partial), "w") as new:
             for info in entries:
-                data = patched.get(info.filename)
+                data = made.patched.get(info.filename)
                 if data is None:
                     data = read_checked(wheel, path, info.filename)
                 arcname = info.filename
                 if arcname.startswith(f"{dist_info}/"):
                     arcname = new_dist_info + arcname[len(dist_info):]
                     if arcname == f"{new_dist_info}/METADATA":
-                        data = with_version(data, release, version)
+                        data = with_version(data, made.release, made.version)
                 new.writestr(entry(arcname, info), data)
                 done += info.file_size
                 if done * 10 // total > shown_at:
                     shown_at = done * 10 // total
                     print(f"  writing {partial.name}: {shown_at * 10}%", file=sys.stderr,
                           flush=True)
-            new.writestr(entry(f"{new_dist_info}/{BUILT_NAME}", record_info), built)
+            new.writestr(entry(f"{new_dist_info}/{BUILT_NAME}", record_info), made.built)
         with open(partial, "rb") as handle:
             os.fsync(handle.fileno())
 

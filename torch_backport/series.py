@@ -25,7 +25,7 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 PACKAGE = Path(__file__).resolve().parent
 # A clone keeps patches/ beside the package; the installed package carries
@@ -531,6 +531,7 @@ def topic_files(topic: Topic) -> List[str]:
 @dataclasses.dataclass(frozen=True)
 class Identified:
     """The series a tree or install gets, and why."""
+    topic: Topic
     series: Optional[Series]  # None: the topic has no series at all
     how: str  # "pristine" | "patched" | "closest"
     same: Tuple[str, ...]  # files holding the base's pristine or patched blob
@@ -580,35 +581,29 @@ def identify(topic: Topic, blobs: Mapping[str, Optional[str]],
         differing = [rel for rel in files if rel not in same]
         key = (how == "closest", -len(same) / len(files),
                version_preference(base, version))
-        ranked.append((key, Identified(series, how, tuple(same), tuple(differing))))
+        ranked.append((key, Identified(topic, series, how, tuple(same), tuple(differing))))
     if not ranked:
-        return Identified(None, "closest", (), ())
+        return Identified(topic, None, "closest", (), ())
     ranked.sort(key=lambda item: item[0])
     return ranked[0][1]
 
 
 def series_by_content(version: str, blobs: Mapping[str, Optional[str]], chosen: List[Topic],
-                      verb: str, optional: Tuple[Topic, ...] = ()) -> List[Series]:
-    """Each chosen topic's series for a release whose touched files have
-    these `blobs`: the base whose pristine files they are, byte for byte (the
-    overlay and the patched wheel start from a release's own files). A topic
-    in `optional` without one is left out, and said so; any other is refused,
-    as are files that a series already patched."""
-    every: List[Series] = []
+                      optional: Tuple[Topic, ...] = ()) -> Iterator[Identified]:
+    """Each chosen topic's identification for a release whose touched files
+    have these `blobs`, in order: its series is the base whose pristine files
+    they are, byte for byte (the overlay and the patched wheel start from a
+    release's own files). A topic in `optional` without one comes out as it
+    is (not "pristine": left out); any other is refused, as are files that a
+    series already patched."""
     for topic in chosen:
         found = identify(topic, blobs, version)
         if found.series is not None and found.how == "patched":
             raise Refused(f"torch {version}: its files are already patched by "
                           f"{shown(found.series.directory)}; nothing was written")
-        if found.series is None or found.how != "pristine":
+        if (found.series is None or found.how != "pristine") and topic not in optional:
             detail = f" ({found.reason()})" if found.series is not None else ""
-            if topic in optional:
-                print(f"topic {topic.name}: not available for this release{detail}; left out")
-                continue
             what = topic.qualified("of")
             raise Refused(f"torch {version}: no series{what} matches its files{detail}; "
                           "nothing was written")
-        print(f"torch {version}: {found.reason()}: {verb} {shown(found.series.directory)}")
-        every.append(found.series)
-    refuse_shared_files(every)
-    return every
+        yield found

@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, ContextManager, Dict, List, Optional
 
-from torch_backport.driver import Mode
+from torch_backport.driver import Mode, Plan, Say
 from torch_backport.fsio import atomic_write, locked, step
 from torch_backport.series import (
     apply_series,
@@ -46,6 +46,7 @@ STATE_DIRNAME = ".torch-pregrad-backport"
 BUILT_NAME = "PREGRAD_BACKPORT.json"
 Manifest = Dict[str, Any]  # the JSON of <state dir>/manifest.json
 MANIFEST = "manifest.json"
+BACKUPS = "orig"  # <state dir>/orig/<path>: the wheel's bytes of each patched file
 
 
 def record_digest(data: bytes) -> str:
@@ -176,11 +177,9 @@ class Status:
             return None  # refused or reported as modified: the lines say why
         return f"torch {self.install.version}: {self.identified.reason()}: {verb} {where}"
 
-    def print_headline(self, verb: str) -> None:
-        print(self.headline())
+    def headline_lines(self, verb: str) -> List[str]:
         why = self.why(verb)
-        if why:
-            print(why)
+        return [self.headline()] + ([why] if why else [])
 
 
 def read_manifest(install: Install) -> Optional[Manifest]:
@@ -302,7 +301,7 @@ def inspect(install: Install) -> Status:
 def restore_pristine(install: Install, manifest: Manifest) -> List[str]:
     """Put every file the manifest names back to the wheel's bytes, from the backups."""
     restored: List[str] = []
-    backups = install.state_dir / "orig"
+    backups = install.state_dir / BACKUPS
     for rel in sorted(manifest["pristine"]):
         target = install.path(rel)
         if (target.is_file() and not target.is_symlink()
@@ -369,12 +368,15 @@ def remove_partial_writes(install: Install, paths: List[str]) -> None:
             tmp.unlink()
 
 
-def recover(status: Status, check: bool) -> int:
+def recover_would(status: Status) -> str:
+    what = status.manifest.get("state") if status.manifest else "earlier"
+    return f"would roll back the interrupted {what} run and restore the wheel's files"
+
+
+def recover(status: Status, say: Say) -> None:
+    """Finish or roll back the run that `status` found interrupted."""
     assert status.series is not None
     what = status.manifest.get("state") if status.manifest else "earlier"
-    if check:
-        print(f"would roll back the interrupted {what} run and restore the wheel's files")
-        return 0
     if status.manifest is not None and "pristine" in status.manifest:
         restored = restore_pristine(status.install, status.manifest)
     else:
@@ -383,8 +385,7 @@ def recover(status: Status, check: bool) -> int:
     drop_state(status.install)
     done = ("finished an interrupted revert" if what == "reverting"
             else f"rolled back an interrupted {what} run")
-    print(f"{done}: restored {len(restored)} file(s) to the wheel's bytes")
-    return 0
+    say(f"{done}: restored {len(restored)} file(s) to the wheel's bytes")
 
 
 def unwritable(install: Install, series: Series) -> List[str]:
@@ -412,16 +413,11 @@ def owner_of(path: Path) -> str:
         return f"uid {uid}"
 
 
-def cmd_status(install: Install, named: bool = True) -> int:
+def cmd_status(install: Install) -> int:
     """Print where `install` stands for its topic. Exit 0 when it is in a
-    good state; a topic other than the original one that the user did not
-    name and that has no series for this release is "not available", not a
-    failure (as a plain apply leaves it alone)."""
+    good state."""
     status = inspect(install)
-    if said_not_available(status, named):
-        return 0
-    status.print_headline("using")
-    for line in status.lines:
+    for line in status.headline_lines("using") + status.lines:
         print(line)
     messages = {
         "pristine": "pristine: every file the series touches matches torch's RECORD",
@@ -473,14 +469,15 @@ def unsupported_detail(status: Status) -> str:
     return detail + "; supported bases: " + ", ".join(supported_bases(topic))
 
 
-def said_not_available(status: Status, named: bool, outcome: str = "") -> bool:
-    """Whether the topic is optional here (not the original one, not named,
-    and no series fits these files); if so, say it is not available."""
-    if status.state != "unsupported" or not status.install.topic.left_alone_unless(named):
-        return False
-    print(status.headline())
-    print(f"not available for this release: {unsupported_detail(status)}{outcome}")
-    return True
+def not_available(install: Install, command: str) -> Optional[List[str]]:
+    """What `command` says of a topic that no series fits here and that the
+    run leaves alone; None if a series fits (or the torch has the feature)."""
+    status = inspect(install)
+    if status.state != "unsupported":
+        return None
+    outcome = "; left alone" if command == "apply" else ""
+    return [status.headline(),
+            f"not available for this release: {unsupported_detail(status)}{outcome}"]
 
 
 def refuse_unless_applicable(status: Status) -> None:
@@ -518,38 +515,45 @@ def no_fixes_note(topic: Topic) -> str:
             "upstream only for: " + ", ".join(fixes))
 
 
-def cmd_apply(install: Install, check: bool, named: bool = True) -> int:
-    """Apply the topic's series. A topic other than the original one that
-    the user did not name and that has no series for this release is
-    reported as not available, not refused: a plain apply on a release the
-    default topics were not written for still does what it can."""
+def plan_apply(install: Install, plan: Plan) -> None:
+    """Apply the topic's series: `plan` gets what the run says and writes."""
     status = inspect(install)
-    if said_not_available(status, named, "; left alone"):
-        return 0
-    status.print_headline("applying" if status.state == "pristine" else "using")
+    plan.said += status.headline_lines("applying" if status.state == "pristine" else "using")
     if status.state == "patched-wheel":
-        print(f"already applied: installed from a patched wheel ({built_from(install)}); "
-              "nothing to do")
-        return 0
+        plan.say(f"already applied: installed from a patched wheel ({built_from(install)}); "
+                 "nothing to do")
+        return
     if status.series is not None and status.state not in ("patched", "has-feature"):
         refuse_unwritable(install, status.series)
-    if status.state == "interrupted":
-        recover(status, check)
-        if check:
-            print("then would apply the series")
-            return 0
-        status = inspect(install)
-    if status.state == "patched":
-        print("already applied: nothing to do")
-        return 0
-    if status.state == "patched-no-backups":
-        print("already applied, but without backups: nothing to do (--revert cannot undo "
-              f"it; reinstall torch to: {reinstall_command(install)})")
-        return 0
-    if status.state == "has-feature":
-        print(f"{install.topic.present} in this torch: it has the feature, nothing to do"
-              + ("" if status.series else no_fixes_note(install.topic)))
-        return 0
+    if status.state != "interrupted":
+        plan_series(status, plan)
+        return
+    plan.would = [recover_would(status), "then would apply the series"]
+
+    def recover_then_apply(say: Say) -> None:
+        recover(status, say)
+        then = Plan()
+        plan_series(inspect(install), then)
+        for line in then.said:
+            say(line)
+        then.execute(say)
+    plan.writes = recover_then_apply
+
+
+def plan_series(status: Status, plan: Plan) -> None:
+    """The writes that bring `status`'s install to its series, from any
+    state but interrupted."""
+    install = status.install
+    nothing_to_do = {
+        "patched": "already applied: nothing to do",
+        "patched-no-backups": "already applied, but without backups: nothing to do "
+        f"(--revert cannot undo it; reinstall torch to: {reinstall_command(install)})",
+        "has-feature": f"{install.topic.present} in this torch: it has the feature, "
+        "nothing to do" + ("" if status.series else no_fixes_note(install.topic)),
+    }
+    if status.state in nothing_to_do:
+        plan.say(nothing_to_do[status.state])
+        return
     if status.state not in ("outdated", "partial"):
         refuse_unless_applicable(status)
     series = status.series
@@ -558,41 +562,47 @@ def cmd_apply(install: Install, check: bool, named: bool = True) -> int:
     # from those before anything is written, so a failure changes nothing.
     backups = (status.manifest["pristine"]
                if status.state in ("outdated", "partial") and status.manifest else {})
-    pristine = {rel: (install.state_dir / "orig" / rel).read_bytes() if rel in backups
+    pristine = {rel: (install.state_dir / BACKUPS / rel).read_bytes() if rel in backups
                 else install.read(rel) for rel in series.touched}
     patched = apply_series(pristine, series)
     if status.state == "partial":
         todo = status.files("pristine")
-        if check:
-            for rel in todo:
-                print(f"  would patch {rel} again")
-            print(f"check: {len(todo)} file(s) were reverted by hand and would be "
-                  "patched again, nothing was written")
-            return 0
-        assert status.manifest is not None
-        for rel in todo:
-            atomic_write(install.path(rel), patched[rel],
-                         install.path(rel).stat().st_mode & 0o7777)
-            print(f"  patched {rel} again")
-        print(f"applied: {len(todo)} file(s) that were reverted by hand are patched again")
-        return 0
+        plan.would = [f"  would patch {rel} again" for rel in todo]
+        plan.would.append(f"check: {len(todo)} file(s) were reverted by hand and would be "
+                          "patched again, nothing was written")
+        plan.writes = lambda say: patch_again(install, todo, patched, say)
+        return
     if status.state == "outdated":
-        if check:
-            print("an earlier version of the series is applied: would replace it")
-        else:
-            assert status.manifest is not None
-            restore_pristine(install, status.manifest)
-            drop_state(install)
-            print("an earlier version of the series was applied: restored the wheel's "
-                  "files, now applying this one")
-    elif status.manifest is not None and not check:
+        plan.would.append("an earlier version of the series is applied: would replace it")
+    plan.would += [f"  would patch {rel}" for rel in series.touched]
+    plan.would.append(f"check: the series applies cleanly; {len(series.touched)} file(s) "
+                      "would change, nothing was written")
+    plan.writes = lambda say: write_series(status, pristine, patched, say)
+
+
+def patch_again(install: Install, todo: List[str], patched: Dict[str, bytes],
+                say: Say) -> None:
+    """Patch again the files of a partly reverted install that were reverted by hand."""
+    for rel in todo:
+        atomic_write(install.path(rel), patched[rel], install.path(rel).stat().st_mode & 0o7777)
+        say(f"  patched {rel} again")
+    say(f"applied: {len(todo)} file(s) that were reverted by hand are patched again")
+
+
+def write_series(status: Status, pristine: Dict[str, bytes], patched: Dict[str, bytes],
+                 say: Say) -> None:
+    """Keep the originals, then write the patched files, as one transaction:
+    a failure part-way restores every file to the wheel's bytes."""
+    install, series = status.install, status.series
+    assert series is not None
+    if status.state == "outdated":
+        assert status.manifest is not None
+        restore_pristine(install, status.manifest)
+        drop_state(install)
+        say("an earlier version of the series was applied: restored the wheel's "
+            "files, now applying this one")
+    elif status.manifest is not None:
         drop_state(install)  # left by an earlier install of torch that was replaced
-    if check:
-        for rel in series.touched:
-            print(f"  would patch {rel}")
-        print(f"check: the series applies cleanly; {len(series.touched)} file(s) "
-              "would change, nothing was written")
-        return 0
     remove_leftovers(install)
     try:
         write_backups(install, series, pristine, patched)
@@ -603,7 +613,7 @@ def cmd_apply(install: Install, check: bool, named: bool = True) -> int:
         for rel in series.touched:
             atomic_write(install.path(rel), patched[rel],
                          install.path(rel).stat().st_mode & 0o7777)
-            print(f"  patched {rel}")
+            say(f"  patched {rel}")
         manifest = read_manifest(install)
         assert manifest is not None
         manifest["state"] = "applied"
@@ -618,9 +628,8 @@ def cmd_apply(install: Install, check: bool, named: bool = True) -> int:
         print("failed part-way: every file was restored to the wheel's bytes",
               file=sys.stderr)
         raise
-    print(f"applied {len(series.patches)} patches to {len(series.touched)} files; "
-          f"originals kept in {install.state_dir}")
-    return 0
+    say(f"applied {len(series.patches)} patches to {len(series.touched)} files; "
+        f"originals kept in {install.state_dir}")
 
 
 def write_backups(install: Install, series: Series,
@@ -629,9 +638,9 @@ def write_backups(install: Install, series: Series,
     so the state dir is either complete or absent."""
     staging = install.leftover("staging")
     for rel, data in pristine.items():
-        step(staging / "orig" / rel)
-        (staging / "orig" / rel).parent.mkdir(parents=True, exist_ok=True)
-        (staging / "orig" / rel).write_bytes(data)
+        step(staging / BACKUPS / rel)
+        (staging / BACKUPS / rel).parent.mkdir(parents=True, exist_ok=True)
+        (staging / BACKUPS / rel).write_bytes(data)
     manifest = {
         "state": "applying",
         "torch": install.version,
@@ -647,9 +656,11 @@ def write_backups(install: Install, series: Series,
     os.replace(staging, install.state_dir)
 
 
-def cmd_revert(install: Install, check: bool) -> int:
+def plan_revert(install: Install, plan: Plan) -> None:
+    """Restore the wheel's files from the backups: `plan` gets what the run
+    says and writes."""
     status = inspect(install)
-    status.print_headline("using")
+    plan.said += status.headline_lines("using")
     if status.state == "patched-wheel":
         raise Refused(f"torch {install.version} was installed from a patched wheel "
                       f"({built_from(install)}): there are no backups to revert to, and "
@@ -659,55 +670,56 @@ def cmd_revert(install: Install, check: bool) -> int:
                                                       "outdated"):
         refuse_unwritable(install, status.series)
     if status.state == "interrupted":
-        return recover(status, check)
+        plan.would = [recover_would(status)]
+        plan.writes = lambda say: recover(status, say)
+        return
     if status.state in ("pristine", "has-feature", "unsupported"):
-        if status.manifest is not None and status.state == "pristine" and not check:
-            drop_state(install)  # stale state from an install that was replaced
+        if status.manifest is not None and status.state == "pristine":
+            plan.writes = lambda say: drop_state(install)  # stale: torch was replaced
         elif status.manifest is not None:
-            print(f"note: {install.state_dir} holds backups of an earlier apply to a "
-                  f"different torch; left alone")
-        elif not check:
-            remove_leftovers(install)
-        print(f"nothing to revert: {status.state}")
-        return 0
+            plan.say(f"note: {install.state_dir} holds backups of an earlier apply to a "
+                     f"different torch; left alone")
+        else:
+            plan.writes = lambda say: remove_leftovers(install)
+        plan.say(f"nothing to revert: {status.state}")
+        return
+    refuse_unless_revertible(status)
+    plan.would = [f"  would restore {rel}" for rel in status.files("patched")]
+    plan.would.append("check: nothing was written")
+    plan.writes = lambda say: restore_series(status, say)
+
+
+def refuse_unless_revertible(status: Status) -> None:
+    install = status.install
     if status.state == "patched-no-backups":
         raise Refused(
             "the files are patched by this series, but the backups in "
             f"{install.state_dir} are gone, so nothing was reverted; reinstall torch "
             f"({reinstall_command(install)}) to get the wheel's files back")
     if status.state == "modified":
-        if status.manifest is None:
-            raise Refused(
+        what = ("files changed after the series was applied, so nothing was reverted"
+                if status.manifest is not None else
                 "nothing to revert: the series was not applied by this script (no "
-                f"backups in {install.state_dir}), and files differ from torch's "
-                "RECORD:\n" + describe_files(status)
-                + f"\nreinstall torch ({reinstall_command(install)}"
-                f") to get the wheel's files back"
-            )
-        raise Refused(
-            "files changed after the series was applied, so nothing was "
-            "reverted:\n" + describe_files(status)
-            + f"\nreinstall torch ({reinstall_command(install)}"
-            f") to get the wheel's files back"
-        )
+                f"backups in {install.state_dir}), and files differ from torch's RECORD")
+        raise Refused(f"{what}:\n" + describe_files(status)
+                      + f"\nreinstall torch ({reinstall_command(install)}"
+                      ") to get the wheel's files back")
+
+
+def restore_series(status: Status, say: Say) -> None:
+    install = status.install
     assert status.series is not None and status.manifest is not None
-    if check:
-        for rel in status.files("patched"):
-            print(f"  would restore {rel}")
-        print("check: nothing was written")
-        return 0
     manifest = dict(status.manifest, state="reverting")
     atomic_write(install.state_dir / MANIFEST, json.dumps(manifest, indent=2).encode(), 0o644)
     restored = restore_pristine(install, manifest)
     for rel in restored:
-        print(f"  restored {rel}")
+        say(f"  restored {rel}")
     drop_state(install)
     after = inspect(install)
     if after.state != "pristine":
         raise Refused("after the revert the files still differ from RECORD:\n"
                       + "\n".join(after.lines))
-    print(f"reverted: {len(restored)} file(s) are byte-identical to torch's RECORD again")
-    return 0
+    say(f"reverted: {len(restored)} file(s) are byte-identical to torch's RECORD again")
 
 
 def installed_base(topic: Topic) -> Optional[str]:
@@ -735,16 +747,15 @@ class InstallMode(Mode):
     def __init__(self, install: Install) -> None:
         self.install = install
 
-    def status(self, topic: Topic, named: bool) -> int:
-        return cmd_status(self.install.for_topic(topic), named)
+    def status(self, topic: Topic) -> int:
+        return cmd_status(self.install.for_topic(topic))
 
-    def apply(self, topic: Topic, check: bool, named: bool) -> int:
-        return cmd_apply(self.install.for_topic(topic), check, named)
+    def plan(self, command: str, topic: Topic, plan: Plan) -> None:
+        planner = plan_apply if command == "apply" else plan_revert
+        planner(self.install.for_topic(topic), plan)
 
-    def revert(self, topic: Topic, check: bool, named: bool) -> int:
-        # A topic with no series for this release has nothing to revert,
-        # named or not.
-        return cmd_revert(self.install.for_topic(topic), check)
+    def not_available(self, command: str, topic: Topic) -> Optional[List[str]]:
+        return not_available(self.install.for_topic(topic), command)
 
     def series_for(self, topic: Topic) -> Optional[Series]:
         return inspect(self.install.for_topic(topic)).series
@@ -768,9 +779,8 @@ class InstallMode(Mode):
             return []  # no default topic applied: stock, or an opt-in topic alone
         return [name for name in defaults if states[name] == "pristine"]
 
-    def after_revert(self, chosen: List[Topic], named: bool) -> None:
-        if not named:
-            note_other_topics(self.install, chosen)
+    def after_plain_revert(self, chosen: List[Topic]) -> None:
+        note_other_topics(self.install, chosen)
 
     def interrupted(self) -> Optional[str]:
         return ("interrupted: any file already written was restored; "

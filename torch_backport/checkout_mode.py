@@ -21,6 +21,7 @@ from torch_backport.driver import Mode, Plan, Say
 from torch_backport.fsio import step
 from torch_backport.series import (
     apply_each,
+    identify,
     load_series,
     Patch,
     pristine_blobs,
@@ -274,35 +275,24 @@ def find_base(history: History, topic: Topic) -> Base:
         _, _, count, series = max(in_history, key=lambda found: found[:3])
         return Base(series, f"{count} of {len(series.patches)} patches of its series "
                     "are in HEAD's history", False)
-    candidates = []
-    for name in supported_bases(topic):
-        series = load_series(name, topic)
-        blobs = pristine_blobs(series)
-        same = [path for path in blobs if history.head.get(path) == blobs[path]]
-        known = [path for path in blobs if name in floor or git(
-            checkout, "cat-file", "-e", blobs[path], check=False).returncode == 0]
-        candidates.append((len(same) == len(blobs), name in floor,
-                           len(same), len(known), series, same, blobs))
-    candidates.sort(key=lambda c: c[:4], reverse=True)
-    _, _, same_count, known_count, series, same, blobs = candidates[0]
-    total = len(blobs)
-    if same_count == total:
-        files = f"all {total} files the series touches are" if total > 1 else \
-            "the one file the series touches is"
-        return Base(series, f"{files} identical to {series.base}'s", True)
-    differing = sorted(set(blobs) - set(same))
-    if known_count == total:
-        return Base(series, f"{same_count} of {total} files the series touches are "
-                    f"identical to {series.base}'s; the others ({', '.join(differing)}) "
-                    f"carry local changes on top of {series.base}, whose blobs are in "
-                    "this repository, so the series goes in with a 3-way merge "
-                    "(git am -3)", False)
+    # Not in the history: the content answer is the series model's.
+    by_content = identify(topic, history.head)
+    if by_content.series is None:
+        raise Refused(f"topic {topic.name} has no series for any base")
+    series = by_content.series
+    if by_content.how == "pristine":
+        return Base(series, by_content.reason(), True)
+    blobs = pristine_blobs(series)
+    known = [rel for rel, blob in blobs.items() if series.base in floor or git(
+        checkout, "cat-file", "-e", blob, check=False).returncode == 0]
+    if len(known) == len(blobs):
+        return Base(series, f"{by_content.reason()}; {series.base}'s blobs are in this "
+                    "repository, so the series goes in with a 3-way merge (git am -3)", False)
     raise Refused(
         "unknown base: the files the series touches match no supported base "
-        f"({', '.join(supported_bases(topic))}) and the pre-images that a 3-way merge "
-        f"needs are not in this repository (closest: {series.base}, "
-        f"{same_count} of {total} files identical, {known_count} of {total} "
-        "blobs known); check out a supported release first"
+        f"({', '.join(supported_bases(topic))}): {by_content.reason()}; and the pre-images "
+        f"that a 3-way merge needs are not in this repository ({len(known)} of "
+        f"{len(blobs)} blobs known); check out a supported release first"
     )
 
 

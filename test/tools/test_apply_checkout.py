@@ -75,7 +75,7 @@ class ApplyCheckoutTest(ScratchTestCase):
         code, output = self.checkout().run("--status")
         self.assertEqual(code, 0)
         self.assertExpectedInline(output, """\
-<checkout>: base v2.11.0 (all 5 files the series touches are identical to v2.11.0's)
+<checkout>: base v2.11.0 (the 5 files the series touches are byte-identical to v2.11.0's)
   missing                 0001-aot_autograd-run-pre-grad-passes-after-the-AOTAutogr.patch
   missing                 0002-inductor-key-the-FX-graph-and-AOTAutograd-caches-on-.patch
   missing                 0003-inductor-add-pre_grad_pass_timing-early-late-default.patch
@@ -87,13 +87,13 @@ class ApplyCheckoutTest(ScratchTestCase):
 series: 0 of 8 patches applied (matched by patch-id)
 feature present at HEAD: no
 
-<checkout>: topic autocast-cache-key: base v2.11.0 (the one file the series touches is identical to v2.11.0's)
+<checkout>: topic autocast-cache-key: base v2.11.0 (the one file the series touches is byte-identical to v2.11.0's)
   missing                 0001-aot_autograd-key-the-AOTAutogradCache-on-each-enable.patch
   missing                 0002-aot_autograd-key-the-ambient-dtype-an-in-graph-autoc.patch
 series: 0 of 2 patches applied (matched by patch-id)
 feature present at HEAD: no
 
-<checkout>: topic cpu-isa-probe: base v2.11.0 (the one file the series touches is identical to v2.11.0's)
+<checkout>: topic cpu-isa-probe: base v2.11.0 (the one file the series touches is byte-identical to v2.11.0's)
   missing                 0001-inductor-probe-the-CPU-vector-ISA-without-importing-.patch
   missing                 0002-inductor-retry-the-ISA-probe-s-dlopen-after-importin.patch
   missing                 0003-inductor-remember-a-successful-ISA-probe-next-to-its.patch
@@ -106,7 +106,8 @@ feature present at HEAD: no
         base = checkout.git("rev-parse", "HEAD").strip()
         code, output = checkout.run(*ORIGINAL)
         self.assertEqual(code, 0, output)
-        self.assertIn(f"base v2.11.0: all {len(TOUCHED)} files the series touches are identical", output)
+        self.assertIn(f"base v2.11.0: the {len(TOUCHED)} files the series touches are "
+                      "byte-identical", output)
         log = checkout.git("log", "--reverse", "--format=%s", f"{base}..HEAD").splitlines()
         self.assertEqual(log, subjects())
         for commit, patch in zip(
@@ -162,9 +163,9 @@ already applied: all 2 patches are in HEAD's history; nothing to do
                              "fork: local knob")
         code, output = checkout.run()
         self.assertEqual(code, 0, output)
-        self.assertIn(f"{len(TOUCHED) - 1} of {len(TOUCHED)} files the series touches are "
-                      "identical to v2.11.0's; the others (torch/_inductor/config.py) carry "
-                      "local changes", output)
+        self.assertIn("4 of 5 files the series touches are identical to v2.11.0's, the "
+                      "closest base; torch/_inductor/config.py differs; v2.11.0's blobs are "
+                      "in this repository, so the series goes in with a 3-way merge", output)
         merged = checkout.read("torch/_inductor/config.py")
         self.assertIn(b"# fork: local knob", merged)
         self.assertIn(b'pre_grad_pass_timing: Literal["early", "late", "default"] = "default"',
@@ -325,7 +326,7 @@ already applied: all 2 patches are in HEAD's history; nothing to do
         checkout = make_checkout(self.tmp / "v2.12", upstream_site)
         code, output = checkout.run(*ORIGINAL)
         self.assertEqual(code, 0, output)
-        self.assertIn("base v2.12.0: all 2 files the series touches are identical to "
+        self.assertIn("base v2.12.0: the 2 files the series touches are byte-identical to "
                       "v2.12.0's", output)
         subjects = checkout.git("log", "--format=%s", "-n2").splitlines()
         self.assertEqual(subjects, [

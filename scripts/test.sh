@@ -3,7 +3,7 @@
 #        scripts/test.sh --help
 #
 # Runs every test, on a fresh machine too. For each torch release in
-# test/releases.tsv (or those named with --releases) it makes sure a venv
+# patches/releases.tsv (or those named with --releases) it makes sure a venv
 # with that stock torch exists under $PREGRAD_CACHE/venvs (scripts/venv.sh;
 # the first run downloads about 4.6 GB per release, and lifts a pip-configured
 # cap on torch for those installs, saying so; files that two venvs share byte
@@ -44,7 +44,7 @@
 # the terminal.
 #
 # --releases LIST  comma-separated torch releases to test (default: every
-#                  release in test/releases.tsv); the tool suite runs whenever
+#                  release in patches/releases.tsv); the tool suite runs whenever
 #                  2.11.0 and 2.12.0 are part of the run. --bases v2.11.0 is
 #                  the old spelling and still works.
 # PYTEST_ARGS      (after --) go to every pytest run; the stock checks are
@@ -61,7 +61,7 @@ repo="$(dirname "$here")"
 source "$here/common.sh"
 cd "$repo"
 
-all_releases="$(grep -v '^#' test/releases.tsv | cut -f1 | paste -sd, -)"
+all_releases="$(grep -v '^#' patches/releases.tsv | cut -f1 | paste -sd, -)"
 releases="$all_releases"
 pytest_args=()
 while [ $# -gt 0 ]; do
@@ -79,7 +79,7 @@ IFS=, read -r -a selected <<<"$releases"
 for version in "${selected[@]}"; do
   case ",$all_releases," in
     *",$version,"*) ;;
-    *) echo "test.sh: $version is not in test/releases.tsv (have: $all_releases)" >&2; exit 2 ;;
+    *) echo "test.sh: $version is not in patches/releases.tsv (have: $all_releases)" >&2; exit 2 ;;
   esac
 done
 

@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -46,16 +47,7 @@ git checkout.
 
 Topics (patches/topics.tsv): each topic is a series per base, applied,
 reported and reverted on its own.
-  pre-grad-pass-timing  (default) the feature, and the results fixes for the
-                        releases that have it; patches/<base>/
-  autocast-cache-key    (default) no stale AOTAutogradCache hit across
-                        autocast dtypes (pytorch#181564 and this project's
-                        fix, cf. #191110); graphs with autocast regions
-                        cached again on 2.12 and 2.13 (#192555);
-                        patches/<base>/autocast-cache-key/
-  cpu-isa-probe         (opt-in) CPU warm start: the vector-ISA probe's child
-                        processes stop importing torch (pytorch#183515,
-                        #189900, #190561); patches/<base>/cpu-isa-probe/
+@TOPICS@
   --topic T            act on topic T (repeat it, or T1,T2; `all` is every
                        topic, `default` the default ones, so
                        `default,cpu-isa-probe` adds the opt-in topic to
@@ -82,7 +74,7 @@ Installed wheel (the torch that interpreter PY imports):
                        .torch-pregrad-backport-<topic>/ for an opt-in topic)
                        for --revert.
                        A second apply says "already applied" and exits 0.
-                       2.12.0-2.15.0 have the feature and get their results
+                       @WITH_FEATURE@ have the feature and get their results
                        fixes; a torch with the feature whose files match no
                        series here (a vendor build) is reported and
                        left alone; one without it whose files match no base
@@ -110,7 +102,7 @@ PyTorch checkout or release branch (a git work tree of pytorch/pytorch):
                        that is not a PyTorch checkout, an unknown base, and a
                        conflict the 3-way merge cannot resolve (it aborts the am
                        and names the patch, file and line). A second run says
-                       "already applied". A v2.12.0-v2.14.1 tree gets its
+                       "already applied". A @FIXED_BASES@ tree gets its
                        results fixes; any other tree with the feature upstream
                        is reported and left alone. The commits are made one
                        patch at a time: a run killed in between leaves a clean
@@ -163,9 +155,7 @@ into an image or a vendored tree; see overlay/README.md):
                        gets the series whose base's files it holds.
   --out DIR            write there instead of overlay/
 
-Bases: the directories of patches/ that hold a series file (for a topic
-other than the default: patches/<base>/<topic>/series). Releases served:
-2.9.0, 2.9.1, 2.10.0, 2.11.0, 2.12.0, 2.12.1, 2.13.0, 2.14.0, 2.14.1.
+@BASES@
 Requirements: git, Python 3.9 or later for PY, and python3 on PATH (it reads
 these arguments, and runs CHECKOUT mode and --overlay without --python).
 Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport)
@@ -527,6 +517,23 @@ def engine(order: Dict[str, Any]) -> int:
     return driver.run(order["command"], names, order["check"], open_install)
 
 
+def apply_help() -> str:
+    """APPLY_HELP with the topics and releases of patches/topics.tsv and
+    patches/releases.tsv."""
+    from torch_backport import releases
+    from torch_backport.series import primary_topic
+    primary = primary_topic()
+    bases = textwrap.fill(
+        "Bases: the directories of patches/ that hold a series file (for a topic other "
+        "than the default: patches/<base>/<topic>/series). Releases served: "
+        f"{releases.help_releases()}.", width=79, break_on_hyphens=False)
+    with_feature = [release.version for release in releases.with_the_feature(primary)]
+    return (APPLY_HELP.replace("@TOPICS@", releases.help_topics())
+            .replace("@WITH_FEATURE@", releases.span(with_feature))
+            .replace("@FIXED_BASES@", releases.span(releases.fixed_bases(primary)))
+            .replace("@BASES@", bases))
+
+
 def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
               default_python: Optional[str] = None) -> int:
     """`apply.sh ARGS`; as `torch-backport apply ARGS` with `default_python`."""
@@ -535,7 +542,7 @@ def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
         if request.helping:
             if prog_note:
                 print(prog_note)
-            print(APPLY_HELP, end="")
+            print(apply_help(), end="")
             return 0
         if default_python is not None:
             if request.command == "overlay" and request.out is None:

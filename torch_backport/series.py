@@ -105,6 +105,7 @@ class Topic:
     feature_marker: str  # regex for a line that only a torch with the feature has
     present: str  # how to say that a torch has it, e.g. "x already exists"
     summary: str
+    store: "Store" = dataclasses.field(compare=False, repr=False)  # where it was read
 
     @property
     def primary(self) -> bool:
@@ -132,40 +133,90 @@ class Topic:
                          re.MULTILINE) is not None
 
     def directory(self, base: str) -> Path:
-        return PATCHES / base if self.primary else PATCHES / base / self.dir
+        root = self.store.root
+        return root / base if self.primary else root / base / self.dir
+
+
+@dataclasses.dataclass(frozen=True)
+class Store:
+    """A patches directory: its topics (topics.tsv) and each topic's series
+    per base, each read once. The package's own is `store()`;
+    scripts/check-patches and the tests open others."""
+    root: Path
+    _series: Dict[Tuple[str, str], Series] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False)
+
+    @functools.cached_property
+    def topics(self) -> Tuple[Topic, ...]:
+        """Every topic, in the order of topics.tsv."""
+        found: List[Topic] = []
+        topics_file = self.root / "topics.tsv"
+        if not topics_file.is_file():
+            raise Refused(f"{shown(topics_file)} is missing: it names the topics")
+        for number, line in enumerate(topics_file.read_text().splitlines(), 1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            fields = line.split("\t")
+            if len(fields) != 7 or fields[2] not in ("default", "opt-in"):
+                raise Refused(f"{shown(topics_file)}:{number}: expected 7 tab-separated "
+                              "fields: name, dir, default|opt-in, feature file, feature "
+                              "marker, present, summary")
+            name, directory, applied, feature_file, marker, present, summary = fields
+            found.append(Topic(name, directory, applied, feature_file, marker, present,
+                               summary, store=self))
+        return tuple(found)
+
+    @property
+    def primary(self) -> Topic:
+        """The original topic (<base>/ itself), which keeps the state
+        directory and wording it had before there were topics. Not the same
+        as the default topics, `select(None)`: every topic marked default."""
+        return next(topic for topic in self.topics if topic.primary)
+
+    def bases(self, topic: Topic) -> List[str]:
+        """The bases that have a series for `topic`, oldest first."""
+        def key(name: str) -> Tuple[int, ...]:
+            return tuple(int(part) for part in re.findall(r"\d+", name))
+
+        return sorted((p.name for p in self.root.iterdir()
+                       if (topic.directory(p.name) / "series").is_file()), key=key)
+
+    def series(self, base: str, topic: Topic) -> Series:
+        """`topic`'s series for `base`, read and checked once (`load_series`)."""
+        key = (base, topic.name)
+        if key not in self._series:
+            self._series[key] = read_series(base, topic)
+        return self._series[key]
+
+    def select(self, names: Optional[List[str]]) -> List[Topic]:
+        """The topics `--topic` names (in topics.tsv order; "all" is every
+        topic, "default" the default ones, so `default,cpu-isa-probe` adds an
+        opt-in topic to them); without names, the default ones. Every name is
+        checked before any is taken."""
+        return select_from(list(self.topics), names)
+
+
+@functools.lru_cache(maxsize=None)
+def store(root: Path = PATCHES) -> Store:
+    """The store of `root`, one per directory (the package's own by default)."""
+    return Store(root)
 
 
 def topics() -> List[Topic]:
-    """Every topic, in the order of patches/topics.tsv."""
-    found: List[Topic] = []
-    topics_file = PATCHES / "topics.tsv"
-    if not topics_file.is_file():
-        raise Refused(f"{shown(topics_file)} is missing: it names the topics")
-    for number, line in enumerate(topics_file.read_text().splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        fields = line.split("\t")
-        if len(fields) != 7 or fields[2] not in ("default", "opt-in"):
-            raise Refused(f"{shown(topics_file)}:{number}: expected 7 tab-separated "
-                          "fields: name, dir, default|opt-in, feature file, feature "
-                          "marker, present, summary")
-        found.append(Topic(*fields))
-    return found
+    """Every topic of the package's store, in the order of topics.tsv."""
+    return list(store().topics)
 
 
 def primary_topic() -> Topic:
-    """The original topic (patches/<base>/ itself), which keeps the state
-    directory and wording it had before there were topics. Not the same as
-    the default topics, `select_topics(None)`: every topic marked default."""
-    return next(topic for topic in topics() if topic.primary)
+    return store().primary
 
 
 def select_topics(names: Optional[List[str]]) -> List[Topic]:
-    """The topics `--topic` names (in topics.tsv order; "all" is every topic,
-    "default" the default ones, so `default,cpu-isa-probe` adds an opt-in
-    topic to them); without names, the default ones. Every name is checked
-    before any is taken."""
-    known = topics()
+    """`Store.select` of the package's store."""
+    return store().select(names)
+
+
+def select_from(known: List[Topic], names: Optional[List[str]]) -> List[Topic]:
     if not names:
         return [topic for topic in known if topic.applied == "default"]
     wanted = {part for name in names for part in name.split(",") if part}
@@ -203,12 +254,7 @@ class Series:
 def supported_bases(topic: Optional[Topic] = None) -> List[str]:
     """The bases that have a series for `topic` (the primary topic if None)."""
     chosen = topic or primary_topic()
-
-    def key(name: str) -> Tuple[int, ...]:
-        return tuple(int(part) for part in re.findall(r"\d+", name))
-
-    return sorted((p.name for p in PATCHES.iterdir()
-                   if (chosen.directory(p.name) / "series").is_file()), key=key)
+    return chosen.store.bases(chosen)
 
 
 def series_entries(series_file: Path) -> List[Tuple[int, str]]:
@@ -340,7 +386,13 @@ def parse_file_section(where: str, path: str, body: List[str]
 
 
 def load_series(base: str, topic: Optional[Topic] = None) -> Series:
-    topic = topic or primary_topic()
+    """`topic`'s series for `base` (the primary topic's if None), from the
+    store the topic was read from."""
+    chosen = topic or primary_topic()
+    return chosen.store.series(base, chosen)
+
+
+def read_series(base: str, topic: Topic) -> Series:
     directory = topic.directory(base)
     series_file = directory / "series"
     if not series_file.is_file():

@@ -3,7 +3,7 @@ files the series touch, never by the version string alone.
 
 `scripts/apply.sh --python <this interpreter> --status` runs against the
 real install under test, stock or patched, and must name, for every topic,
-the series that test/releases.tsv gives this release (2.12.1 gets v2.12.0's
+the series that patches/releases.tsv gives this release (2.12.1 gets v2.12.0's
 series, 2.14.0 v2.14.1's, 2.9.0 its own), and exit 0: every topic that
 applies is in a good state, and one that has the change upstream says so.
 Nothing is written.
@@ -19,12 +19,12 @@ from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-RELEASES = REPO / "test" / "releases.tsv"
+RELEASES = REPO / "patches" / "releases.tsv"
 HEADLINE = re.compile(r"^torch \S+ in \S+(?: \((?P<detail>.*)\))?$")
 
 
 def expected_series() -> dict[str, dict[str, str]]:
-    """release -> topic -> base name or "has it", from test/releases.tsv."""
+    """release -> topic -> base name or "has it", from patches/releases.tsv."""
     lines = [line.split("\t") for line in RELEASES.read_text().splitlines()
              if line and not line.startswith("#")]
     header = next(line for line in RELEASES.read_text().splitlines()

@@ -6,7 +6,7 @@ Usage: PY test/harness/content_identity.py RELEASE=SITE_PACKAGES ...
 The real-compile suites run in full once per distinct content. Two stock
 installs have the same content when every torch Python file, every CPU
 library and every other distribution of their venvs is the same, byte for
-byte, apart from what IGNORED lists, and test/releases.tsv gives them the
+byte, apart from what IGNORED lists, and patches/releases.tsv gives them the
 same series. This is computed from the installed files each run, never taken
 from the version strings, so a release whose files change is back on the full
 tier the moment they do.
@@ -31,7 +31,7 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
 REPO = Path(__file__).resolve().parents[2]
-RELEASES = REPO / "test" / "releases.tsv"
+RELEASES = REPO / "patches" / "releases.tsv"
 
 # What "the same content" ignores, and why: the one list of it.
 IGNORED = {
@@ -186,7 +186,7 @@ def in_a_stamp(data: bytes, other: bytes, i: int, pairs: List[Tuple[bytes, bytes
 
 
 def series_rows() -> Dict[str, str]:
-    """release -> the series test/releases.tsv gives each topic, as one string."""
+    """release -> the series patches/releases.tsv gives each topic, as one string."""
     rows = {}
     for line in RELEASES.read_text().splitlines():
         if line and not line.startswith("#"):

@@ -124,7 +124,7 @@ class ContentIdentityTest(ScratchTestCase):
         self.assertEqual(len(IGNORED), 6)
 
     def test_the_same_files_with_other_series_in_the_release_table_run_in_full(self) -> None:
-        # test/releases.tsv gives 2.11.0 and 2.12.0 other series: no shared run.
+        # patches/releases.tsv gives 2.11.0 and 2.12.0 other series: no shared run.
         self.assertEqual(self.levels(("2.11.0", make_site(self.tmp, "2.11.0")),
                                      ("2.12.0", make_site(self.tmp, "2.12.0"))),
                          [("2.11.0", "full"), ("2.12.0", "full")])

@@ -1,0 +1,117 @@
+"""The releases this project serves (patches/releases.tsv) and the text made
+from them and the topics (patches/topics.tsv): the topic and release lines
+of --help, and README's supported-releases table. A new release or topic is
+one row; `scripts/update-docs` rewrites the README table, and the tool suite
+fails while it is stale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from pathlib import Path
+from typing import Dict, List
+
+from torch_backport.series import load_series, Refused, shown, store, supported_bases, Topic
+
+HAS_IT = "has it"  # the release has the topic's change upstream, and no series
+TABLE_BEGIN = "<!-- supported-releases: made by scripts/update-docs from patches/*.tsv -->"
+TABLE_END = "<!-- end of supported-releases -->"
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """One row: a torch release and, per topic name, the base whose series
+    its stock files get, or HAS_IT."""
+    version: str
+    bases: Dict[str, str]
+
+
+def releases_file() -> Path:
+    return store().root / "releases.tsv"
+
+
+def served() -> List[Release]:
+    """Every row of patches/releases.tsv, in its order."""
+    path = releases_file()
+    rows = [line.split("\t") for line in path.read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    header = next(line[2:].split("\t") for line in path.read_text().splitlines()
+                  if line.startswith("# release\t"))
+    found = []
+    for number, row in enumerate(rows, 1):
+        if len(row) != len(header):
+            raise Refused(f"{shown(path)}: row {number} has {len(row)} fields, the header "
+                          f"{len(header)}")
+        found.append(Release(row[0], dict(zip(header[1:], row[1:]))))
+    return found
+
+
+def with_the_feature(topic: Topic) -> List[Release]:
+    """The served releases that have `topic`'s feature and get fixes for it:
+    those whose series does not add the feature."""
+    return [release for release in served()
+            if release.bases.get(topic.name, HAS_IT) != HAS_IT
+            and not load_series(release.bases[topic.name], topic).adds_feature]
+
+
+def fixed_bases(topic: Topic) -> List[str]:
+    """The bases whose series of `topic` fixes a release that has it."""
+    return [base for base in supported_bases(topic) if not load_series(base, topic).adds_feature]
+
+
+def span(names: List[str]) -> str:
+    """'2.12.0-2.15.0' for a run of names, one name alone, '' for none."""
+    if not names:
+        return ""
+    return names[0] if len(names) == 1 else f"{names[0]}-{names[-1]}"
+
+
+def help_topics() -> str:
+    """The topic lines of --help, one entry per row of topics.tsv."""
+    lines = []
+    for topic in store().topics:
+        where = "patches/<base>/" if topic.primary else f"patches/<base>/{topic.dir}/"
+        entry = f"  {topic.name:<20}  ({topic.applied}) {topic.summary}; {where}"
+        lines += textwrap.wrap(entry, width=79, subsequent_indent=" " * 24,
+                               break_on_hyphens=False, break_long_words=False)
+    return "\n".join(lines)
+
+
+def help_releases() -> str:
+    return ", ".join(release.version for release in served())
+
+
+def readme_cell(release: Release, topic: Topic) -> str:
+    base = release.bases.get(topic.name, HAS_IT)
+    if base == HAS_IT:
+        return "has it upstream"
+    series = load_series(base, topic)
+    count = len(series.patches)
+    if base != f"v{release.version}":
+        return f"`{base}`'s series (its files are {base[1:]}'s)"
+    if topic.primary:
+        what = "the feature and its results fixes" if series.adds_feature else "results fixes"
+        return f"{what} (`{base}`, {count} patch{'es' if count > 1 else ''})"
+    return f"`{base}` ({count} patch{'es' if count > 1 else ''})"
+
+
+def readme_table() -> str:
+    """README's supported-releases table, markers included."""
+    every = list(store().topics)
+    heads = [f"`{topic.name}`" + (" (opt-in)" if topic.applied == "opt-in" else "")
+             for topic in every]
+    rows = ["| release | " + " | ".join(heads) + " |", "|---" * (len(every) + 1) + "|"]
+    for release in served():
+        cells = [readme_cell(release, topic) for topic in every]
+        rows.append(f"| {release.version} | " + " | ".join(cells) + " |")
+    return "\n".join([TABLE_BEGIN, *rows, TABLE_END])
+
+
+def with_table(readme: str) -> str:
+    """`readme` with its supported-releases table made anew."""
+    if TABLE_BEGIN not in readme or TABLE_END not in readme:
+        raise Refused(f"README.md has no '{TABLE_BEGIN}' ... '{TABLE_END}' block")
+    before = readme[:readme.index(TABLE_BEGIN)]
+    after = readme[readme.index(TABLE_END) + len(TABLE_END):]
+    return before + readme_table() + after

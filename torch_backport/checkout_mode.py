@@ -391,9 +391,8 @@ def feature_at_head(checkout: Path, topic: Topic) -> bool:
 
 
 def topic_label(checkout: Path, topic: Topic) -> str:
-    """How a line about `checkout` starts: the primary topic keeps the
-    wording it had before there were topics."""
-    return f"{checkout}:" if topic.primary else f"{checkout}: topic {topic.name}:"
+    """How a line about `checkout` starts: "CHECKOUT: topic NAME:"."""
+    return f"{checkout}:" + topic.named(" topic {name}:")
 
 
 def snapshot_refs(checkout: Path) -> tuple[str, str]:

@@ -12,6 +12,7 @@ replace, and a directory holding anything else is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -109,27 +110,76 @@ def overlay_series(name: str, chosen: List[Topic], from_install: bool,
     return release_series(version, blobs, chosen, (), "using"), version
 
 
+@dataclasses.dataclass
+class Overlay:
+    """What an overlay directory gets: each touched file patched, and where
+    its pristine bytes came from."""
+    every: List[Series]
+    release: Optional[str]  # the release its files came from, if not the base's own
+    source: str
+    pristine: Dict[str, bytes]
+    patched: Dict[str, bytes]
+
+    def stamp(self) -> str:
+        """The STAMP file: what the overlay was made from, by sha256."""
+        touched = sorted(self.patched)
+        lines = [f"base: {self.every[0].base}"]
+        lines += [f"release: {self.release}"] if self.release else []
+        lines += [f"source: {self.source}"]
+        if [part.topic for part in self.every] != [topic for topic in topics()
+                                                   if topic.applied == "default"]:
+            lines += ["topics: " + " ".join(part.topic.name for part in self.every)]
+        lines += ["series:"]
+        lines += [f"  {sha256_hex(p.read_bytes())}  {shown(p.path)}"
+                  for part in self.every for p in part.patches]
+        lines += ["pristine:"] + [f"  {sha256_hex(self.pristine[rel])}  {rel}" for rel in touched]
+        lines += ["patched (also in SHA256SUMS):"]
+        lines += [f"  {sha256_hex(self.patched[rel])}  {rel}" for rel in touched]
+        return "\n".join(lines) + "\n"
+
+
 def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path,
                 chosen: List[Topic]) -> int:
+    made = plan_overlay(base, from_install, cache, chosen)
+    write_overlay(made, out)
+    for rel in sorted(made.patched):
+        print(f"  {out / rel}")
+    series = made.every[0]
+    names = "" if len(made.every) == 1 and series.topic.primary else (
+        " (topics: " + ", ".join(part.topic.name for part in made.every) + ")")
+    what = f"torch {made.release} (base {series.base})" if made.release else series.base
+    print(f"overlay for {what}{names} written to {out} "
+          f"(verify: cd {out} && sha256sum -c SHA256SUMS)")
+    return 0
+
+
+def plan_overlay(base: str, from_install: bool, cache: Path, chosen: List[Topic]) -> Overlay:
+    """The overlay of `base`, made in memory: each pristine file checked
+    against pristine.tsv, then patched."""
     every, release = overlay_series(base, chosen, from_install, cache)
-    series = every[0]
-    pristine: Dict[str, bytes] = {}
-    patched: Dict[str, bytes] = {}
+    made = Overlay(every, release, "", {}, {})
     for part in every:
         if from_install:
             files = pristine_from_install(part)
-            source = f"installed torch of {sys.executable}"
+            made.source = f"installed torch of {sys.executable}"
         else:
             files = pristine_from_wheel(part, cache, release)
-            source = f"torch {release or part.version} wheel from the package index"
+            made.source = f"torch {release or part.version} wheel from the package index"
         for rel, data in files.items():
             expected = pristine_sha256(part).get(rel)
             if expected is not None and sha256_hex(data) != expected:
-                raise Refused(f"{rel} from the {source} differs from "
+                raise Refused(f"{rel} from the {made.source} differs from "
                               f"{part.directory}/pristine.tsv")
-        pristine.update(files)
-        patched.update(apply_series(files, part))
-    touched = sorted(patched)
+        made.pristine.update(files)
+        made.patched.update(apply_series(files, part))
+    return made
+
+
+def write_overlay(made: Overlay, out: Path) -> None:
+    """Replace the overlay in `out` as a whole: the new files are staged
+    beside it, and a journal names every file this run may write until the
+    swap is done."""
+    touched = sorted(made.patched)
     out.mkdir(parents=True, exist_ok=True)
     previous = previous_overlay_files(out)
     for stale in [*(p for p in out.glob(".overlay-*") if p.name != JOURNAL),
@@ -139,57 +189,39 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path,
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
     staging = Path(tempfile.mkdtemp(prefix=".overlay-", dir=out))
     new_files = [*touched, "SHA256SUMS", "STAMP"]
+    contents = dict(made.patched, SHA256SUMS="".join(
+        f"{sha256_hex(made.patched[rel])}  {rel}\n" for rel in touched).encode(),
+        STAMP=made.stamp().encode())
     try:
-        for rel, data in patched.items():
+        for rel in new_files:
             step(staging / rel)
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            (staging / rel).write_bytes(data)
-        sums = "".join(f"{sha256_hex(patched[rel])}  {rel}\n" for rel in touched)
-        step(staging / "SHA256SUMS")
-        (staging / "SHA256SUMS").write_text(sums)
-        stamp = [f"base: {series.base}"] + ([f"release: {release}"] if release else [])
-        stamp += [f"source: {source}"]
-        if [part.topic for part in every] != [topic for topic in topics()
-                                              if topic.applied == "default"]:
-            stamp += ["topics: " + " ".join(part.topic.name for part in every)]
-        stamp += ["series:"]
-        stamp += [f"  {sha256_hex(p.read_bytes())}  {shown(p.path)}"
-                  for part in every for p in part.patches]
-        stamp += ["pristine:"]
-        stamp += [f"  {sha256_hex(pristine[rel])}  {rel}" for rel in touched]
-        stamp += ["patched (also in SHA256SUMS):"]
-        stamp += [f"  {sha256_hex(patched[rel])}  {rel}" for rel in touched]
-        step(staging / "STAMP")
-        (staging / "STAMP").write_text("\n".join(stamp) + "\n")
-        # Until the journal is removed, every file it names counts as ours: a
-        # run killed while swapping files leaves a directory the next run can
-        # replace.
-        journal = sorted(set(previous) | set(new_files))
-        step(out / JOURNAL)
-        atomic_write(out / JOURNAL, "".join(f"{rel}\n" for rel in journal).encode(), 0o644)
-        for rel in previous:
-            step(out / rel)
-            (out / rel).unlink()
-        for directory in sorted({(out / rel).parent for rel in previous}, reverse=True):
-            while directory != out and directory.is_dir() and not any(directory.iterdir()):
-                directory.rmdir()
-                directory = directory.parent
-        for rel in new_files:
-            (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            step(out / rel)
-            os.replace(staging / rel, out / rel)
-        step(out / JOURNAL)
-        (out / JOURNAL).unlink()
+            (staging / rel).write_bytes(contents[rel])
+        swap_in(out, staging, previous, new_files)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    for rel in touched:
-        print(f"  {out / rel}")
-    names = "" if len(every) == 1 and series.topic.primary else (
-        " (topics: " + ", ".join(part.topic.name for part in every) + ")")
-    what = f"torch {release} (base {series.base})" if release else series.base
-    print(f"overlay for {what}{names} written to {out} "
-          f"(verify: cd {out} && sha256sum -c SHA256SUMS)")
-    return 0
+
+
+def swap_in(out: Path, staging: Path, previous: List[str], new_files: List[str]) -> None:
+    """Remove the previous overlay's files and move the staged ones in.
+    Until the journal is removed, every file it names counts as ours: a run
+    killed while swapping files leaves a directory the next run can replace."""
+    journal = sorted(set(previous) | set(new_files))
+    step(out / JOURNAL)
+    atomic_write(out / JOURNAL, "".join(f"{rel}\n" for rel in journal).encode(), 0o644)
+    for rel in previous:
+        step(out / rel)
+        (out / rel).unlink()
+    for directory in sorted({(out / rel).parent for rel in previous}, reverse=True):
+        while directory != out and directory.is_dir() and not any(directory.iterdir()):
+            directory.rmdir()
+            directory = directory.parent
+    for rel in new_files:
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        step(out / rel)
+        os.replace(staging / rel, out / rel)
+    step(out / JOURNAL)
+    (out / JOURNAL).unlink()
 
 
 def previous_overlay_files(out: Path) -> List[str]:

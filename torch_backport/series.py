@@ -113,14 +113,19 @@ class Topic:
         directory and messages it had before there were topics."""
         return self.dir == "."
 
+    def named(self, form: str) -> str:
+        """How a message names this topic: not at all for the original series
+        (its messages are those it had before there were topics), else `form`
+        with {name} filled in. Every label is made here."""
+        return "" if self.primary else form.format(name=self.name)
+
     def label(self, text: str) -> str:
-        """`text` as said of this topic: as it is for the original series,
-        after "topic NAME: " for the others."""
-        return text if self.primary else f"topic {self.name}: {text}"
+        """`text` as said of this topic: after "topic NAME: " for the others."""
+        return self.named("topic {name}: ") + text
 
     def qualified(self, preposition: str) -> str:
-        """"" for the original series, else e.g. " of topic NAME"."""
-        return "" if self.primary else f" {preposition} topic {self.name}"
+        """e.g. " of topic NAME" (nothing for the original series)."""
+        return self.named(f" {preposition} topic {{name}}")
 
     def left_alone_unless(self, named: bool) -> bool:
         """Whether a run leaves this topic alone where no series of it fits

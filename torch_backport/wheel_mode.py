@@ -17,7 +17,7 @@ import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ContextManager, Dict, List, Optional
+from typing import Any, ContextManager, Dict, List, Optional, Set, Tuple
 
 from torch_backport.driver import Mode, Plan, Say
 from torch_backport.fsio import atomic_write, locked, step
@@ -71,8 +71,7 @@ class Install:
 
     @property
     def state_dir(self) -> Path:
-        suffix = "" if self.topic.primary else f"-{self.topic.name}"
-        return self.site / f"{STATE_DIRNAME}{suffix}"
+        return self.site / f"{STATE_DIRNAME}{self.topic.named('-{name}')}"
 
     def leftover(self, kind: str) -> Path:
         """A staging or trash dir that only a killed run leaves behind."""
@@ -154,7 +153,7 @@ class Status:
 
     def headline(self) -> str:
         where = f"torch {self.install.version} in {self.install.site}"
-        topic = "" if self.install.topic.primary else f"topic {self.install.topic.name}"
+        topic = self.install.topic.named("topic {name}")
         if self.series:
             topic += ", " if topic else ""
             return where + f" (base {self.series.base}, {topic}{len(self.series.patches)} patches)"
@@ -225,77 +224,78 @@ def choose_series(install: Install, manifest: Optional[Manifest]
     return found.series, found
 
 
+def file_lines(kinds: Dict[str, str]) -> Tuple[List[str], Set[str]]:
+    """--status's per-file lines ("  <kind> <path>", by path) and the kinds seen."""
+    return [f"  {kind:<9} {rel}" for rel, kind in sorted(kinds.items())], set(kinds.values())
+
+
 def inspect_built(install: Install, built: Dict[str, Any]) -> Status:
     """A topic that the patched wheel this torch came from carries: its
     files are the series', and RECORD says so."""
     base = built.get("base", "")
     series = (load_series(base, install.topic) if base in supported_bases(install.topic)
               else None)
-    lines, kinds = [], set()
-    for rel, digest in sorted(built.get("files", {}).items()):
-        kind = ("patched" if install.matches_record(rel)
-                and sha256_hex(install.read(rel)) == digest else "modified")
-        kinds.add(kind)
-        lines.append(f"  {kind:<9} {rel}")
+    lines, kinds = file_lines({
+        rel: "patched" if install.matches_record(rel)
+        and sha256_hex(install.read(rel)) == digest else "modified"
+        for rel, digest in built.get("files", {}).items()})
     state = "patched-wheel" if kinds == {"patched"} else "modified"
     return Status(state, install, series, lines, None)
 
 
 def inspect(install: Install) -> Status:
+    """Where the install stands for its topic, and with which series."""
     built = install.built_topic()
     if built is not None:
         return inspect_built(install, built)
     manifest = read_manifest(install)
     series, identified = choose_series(install, manifest)
-    if series is None:
-        state = "has-feature" if install.has_feature() else "unsupported"
-        return Status(state, install, None, [], manifest, identified)
-    if (identified is not None and not identified.exact
-            and all(install.matches_record(rel) for rel in identified.differing)):
-        # The wheel's own files, but no base's: a release without a series.
+    if series is None or (identified is not None and not identified.exact and all(
+            install.matches_record(rel) for rel in identified.differing)):
+        # No series, or the wheel's own files but no base's: a release
+        # without a series.
         state = "has-feature" if install.has_feature() else "unsupported"
         return Status(state, install, None, [], manifest, identified)
     for rel in series.touched:
         if rel not in install.record:
             raise Refused(f"{rel} is not in torch {install.version}'s RECORD")
+    state, lines = series_state(install, series, manifest)
+    return Status(state, install, series, lines,
+                  None if state == "patched-no-backups" else manifest, identified)
+
+
+def series_state(install: Install, series: Series, manifest: Optional[Manifest]
+                 ) -> Tuple[str, List[str]]:
+    """The state of an install whose series is known, and the per-file lines."""
     if manifest is None and install.state_dir.exists():
         # A state directory without its manifest: a run was killed while
         # writing or removing it.
-        lines = [f"  {install.state_dir} has no manifest.json (a run was killed part-way)"]
-        return Status("interrupted", install, series, lines, manifest, identified=identified)
+        return "interrupted", [f"  {install.state_dir} has no manifest.json "
+                               "(a run was killed part-way)"]
     if manifest is not None and manifest.get("state") != "applied":
-        lines = [f"  {manifest.get('state')} run stopped part-way"]
-        return Status("interrupted", install, series, lines, manifest, identified=identified)
-    blobs = final_blobs(series)
+        return "interrupted", [f"  {manifest.get('state')} run stopped part-way"]
     if manifest is not None:
-        lines, kinds = [], set()
-        for rel, patched_digest in sorted(manifest["patched"].items()):
-            kind = file_kind(install, rel, patched_digest, None)
-            kinds.add(kind)
-            lines.append(f"  {kind:<9} {rel}")
+        lines, kinds = file_lines({rel: file_kind(install, rel, digest, None)
+                                   for rel, digest in manifest["patched"].items()})
         current = {p.name: sha256_hex(p.read_bytes()) for p in series.patches}
         same_series = (manifest["series"] == current
                        and sorted(manifest["patched"]) == series.touched)
         if kinds == {"patched"}:
-            return Status("patched" if same_series else "outdated",
-                          install, series, lines, manifest, identified=identified)
+            return ("patched" if same_series else "outdated"), lines
         if kinds == {"patched", "pristine"} and same_series:
-            return Status("partial", install, series, lines, manifest, identified=identified)
+            return "partial", lines
         if kinds != {"pristine"}:
-            return Status("modified", install, series, lines, manifest, identified=identified)
+            return "modified", lines
         # All pristine again: the state is stale (torch was reinstalled).
-    lines, kinds = [], set()
-    for rel in series.touched:
-        kind = file_kind(install, rel, None, blobs.get(rel))
-        kinds.add(kind)
-        lines.append(f"  {kind:<9} {rel}")
+    blobs = final_blobs(series)
+    lines, kinds = file_lines({rel: file_kind(install, rel, None, blobs.get(rel))
+                               for rel in series.touched})
     if kinds == {"pristine"}:
-        if series.adds_feature and install.has_feature():
-            return Status("has-feature", install, series, lines, manifest, identified=identified)
-        return Status("pristine", install, series, lines, manifest, identified=identified)
+        feature = series.adds_feature and install.has_feature()
+        return ("has-feature" if feature else "pristine"), lines
     if kinds == {"patched"}:
-        return Status("patched-no-backups", install, series, lines, None, identified=identified)
-    return Status("modified", install, series, lines, manifest, identified=identified)
+        return "patched-no-backups", lines
+    return "modified", lines
 
 
 def restore_pristine(install: Install, manifest: Manifest) -> List[str]:
@@ -435,7 +435,7 @@ def cmd_status(install: Install) -> int:
         "interrupted": "interrupted: an earlier run stopped part-way; "
         "--revert or the next apply rolls it back",
         "has-feature": f"has the feature: {install.topic.present}; nothing to apply"
-        + ("" if status.series else no_fixes_note(install.topic)),
+        + no_fixes_note(status),
         "unsupported": f"unsupported: {unsupported_detail(status)}",
         "patched-wheel": "patched: installed from a patched wheel (built from "
         f"{built_from(install)}); --revert cannot undo it: install the stock wheel "
@@ -446,7 +446,7 @@ def cmd_status(install: Install) -> int:
 
 
 def revert_flags(install: Install) -> str:
-    return "--revert" + ("" if install.topic.primary else f" --topic {install.topic.name}")
+    return "--revert" + install.topic.named(" --topic {name}")
 
 
 def describe_files(status: Status) -> str:
@@ -462,8 +462,8 @@ def unsupported_detail(status: Status) -> str:
     """Why no series fits: which files differ from the closest base's."""
     topic = status.install.topic
     found = status.identified
-    detail = ("no series of this topic matches these files"
-              if topic.primary else f"topic {topic.name} has no series that matches these files")
+    detail = (topic.named("topic {name} has no series that matches these files")
+              or "no series of this topic matches these files")
     if found is not None and found.series is not None:
         detail += f" ({found.reason()})"
     return detail + "; supported bases: " + ", ".join(supported_bases(topic))
@@ -501,9 +501,12 @@ def refuse_unless_applicable(status: Status) -> None:
         )
 
 
-def no_fixes_note(topic: Topic) -> str:
+def no_fixes_note(status: Status) -> str:
     """For a torch that has the feature but no series here: where this
     topic's fixes for releases with the feature exist, if it has any."""
+    topic = status.install.topic
+    if status.series is not None:
+        return ""
     bases = supported_bases(topic)
     fixes = [base for base in bases if not load_series(base, topic).adds_feature]
     if not fixes:
@@ -549,7 +552,7 @@ def plan_series(status: Status, plan: Plan) -> None:
         "patched-no-backups": "already applied, but without backups: nothing to do "
         f"(--revert cannot undo it; reinstall torch to: {reinstall_command(install)})",
         "has-feature": f"{install.topic.present} in this torch: it has the feature, "
-        "nothing to do" + ("" if status.series else no_fixes_note(install.topic)),
+        "nothing to do" + no_fixes_note(status),
     }
     if status.state in nothing_to_do:
         plan.say(nothing_to_do[status.state])

@@ -222,8 +222,12 @@ class History:
             process.kill()
             process.wait()
         process.stdout.close()
+        self._read_patch_ids(b"".join(chunks))
+
+    def _read_patch_ids(self, log: bytes) -> None:
+        """Each commit's patch-id, from one `git patch-id` over the log read."""
         ids = git(self.checkout, "patch-id", "--stable",
-                  input=b"".join(chunks).decode("utf-8", "replace")).stdout
+                  input=log.decode("utf-8", "replace")).stdout
         for line in ids.splitlines():
             patch, sha = line.split()
             self._patch_ids[sha] = patch

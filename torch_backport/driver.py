@@ -200,11 +200,13 @@ def run(command: str, names: Optional[List[str]], check: bool,
         open_mode: Callable[[List[Topic]], Mode]) -> int:
     """Run `command` (apply, revert, status) on the topics `names` selects
     in the target `open_mode` opens; print refusals and return the exit code."""
-    mode: Optional[Mode] = None
+    opened: List[Mode] = []
     reached: List[Topic] = []
-    try:
+
+    def work() -> int:
         chosen = chosen_topics(command, names)
         mode = open_mode(chosen)
+        opened.append(mode)
         named = bool(names)
         if command == "status":
             return show_status(mode, chosen, named)
@@ -224,24 +226,10 @@ def run(command: str, names: Optional[List[str]], check: bool,
             if command == "revert" and not named:
                 mode.after_plain_revert(chosen)
             return 0
-    except Refused as problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        message = mode.interrupted() if mode is not None else None
-        if message is None:
-            raise
-        print(message, file=sys.stderr)
-        return 130
-    except OSError as problem:
-        # Disk full, a permission no plan could foresee, an I/O error: say
-        # what failed and where the target stands now.
-        print(f"error: {os_error(problem)}", file=sys.stderr)
-        current = reached[-1] if reached else None
-        hint = mode.failed(command, current) if mode is not None else None
-        if hint is not None:
-            print(hint, file=sys.stderr)
-        return 1
+
+    return reported(
+        work, lambda: opened[0].interrupted() if opened else None,
+        lambda: opened[0].failed(command, reached[-1] if reached else None) if opened else None)
 
 
 def generate(names: Optional[List[str]],
@@ -251,18 +239,36 @@ def generate(names: Optional[List[str]],
     them that it may leave out where no series fits (`Topic.left_alone_unless`).
     Refusals and failures are reported like `run`'s; `interrupted` is what a
     Ctrl-C leaves."""
-    try:
+    def work() -> int:
         chosen = chosen_topics("generate", names)
         return make(chosen, tuple(topic for topic in chosen
                                   if topic.left_alone_unless(bool(names))))
-    except KeyboardInterrupt:
-        print(f"interrupted: {interrupted}", file=sys.stderr)
-        return 130
+
+    return reported(work, lambda: f"interrupted: {interrupted}", lambda: None)
+
+
+def reported(work: Callable[[], int], interrupted: Callable[[], Optional[str]],
+             failed: Callable[[], Optional[str]]) -> int:
+    """`work()`'s exit code; a refusal, an OSError (disk full, a permission no
+    plan could foresee, an I/O error) and a Ctrl-C are said, with what
+    `interrupted` or `failed` says of where the target stands (a Ctrl-C
+    propagates if it says nothing)."""
+    try:
+        return work()
     except Refused as problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        message = interrupted()
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return 130
     except OSError as problem:
         print(f"error: {os_error(problem)}", file=sys.stderr)
+        hint = failed()
+        if hint is not None:
+            print(hint, file=sys.stderr)
         return 1
 
 

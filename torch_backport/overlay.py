@@ -14,20 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shutil
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from torch_backport.driver import release_series
 from torch_backport.fsio import atomic_write, release_wheel, step
+from torch_backport.install import files_of_wheel, find_install, record_digest
 from torch_backport.series import (
     apply_series,
     confined,
     git_blob_id,
+    identify,
     load_topic_series,
     pristine_sha256,
     Refused,
@@ -39,26 +39,33 @@ from torch_backport.series import (
     topic_files,
     topics,
 )
-from torch_backport.wheel_mode import find_install, inspect, record_digest
 
 JOURNAL = ".overlay-journal"
 
 
 def pristine_from_install(series: Series) -> Dict[str, bytes]:
+    """The files `series` touches as the wheel installed them: each from the
+    install where it matches RECORD, else from this project's backup of it
+    (a patched install); they must be `series`' base's."""
     install = find_install(series.topic)
-    status = inspect(install)
-    if status.series is None or status.series.base != series.base:
-        what = (f"the files of {status.series.base}" if status.series is not None
-                and status.identified is not None and status.identified.exact
-                else "files that match no base" if status.series is None
-                else "modified files")
+    files: Dict[str, bytes] = {}
+    for rel in series.touched:
+        for source in (install.path(rel), install.backup(rel)):
+            if (source.is_file() and not source.is_symlink()
+                    and record_digest(source.read_bytes()) == install.record.get(rel)):
+                files[rel] = source.read_bytes()
+                break
+        else:
+            raise Refused(f"torch in {install.site}: {rel} is neither the wheel's nor backed "
+                          "up by this project; need pristine or patched files")
+    found = identify(series.topic, {rel: git_blob_id(data) for rel, data in files.items()},
+                     install.version)
+    if found.series is None or found.how != "pristine" or found.series.base != series.base:
+        what = (f"the files of {found.series.base}" if found.series is not None
+                and found.exact else "files that match no base")
         raise Refused(f"{sys.executable} has torch {install.version}, with {what}, "
                       f"not those of {series.base}")
-    if status.state == "pristine":
-        return {rel: install.read(rel) for rel in series.touched}
-    if status.state == "patched":
-        return {rel: (install.state_dir / "orig" / rel).read_bytes() for rel in series.touched}
-    raise Refused(f"torch in {install.site} is {status.state}; need pristine or patched files")
+    return files
 
 
 def pristine_from_wheel(series: Series, cache: Path,
@@ -69,22 +76,7 @@ def pristine_from_wheel(series: Series, cache: Path,
 
 
 def release_files_from_wheel(version: str, paths: List[str], cache: Path) -> Dict[str, bytes]:
-    wheel_path = release_wheel(version, cache)
-    with zipfile.ZipFile(wheel_path) as wheel:
-        # A local build tag (2.13.0+cpu) names the dist-info directory too.
-        record_name = next(name for name in wheel.namelist()
-                           if re.fullmatch(r"torch-[^/]+\.dist-info/RECORD", name))
-        record: Dict[str, str] = {}
-        for line in wheel.read(record_name).decode().splitlines():
-            path, digest, _size = line.rsplit(",", 2)
-            if digest.startswith("sha256="):
-                record[path] = digest[len("sha256="):]
-        names = set(wheel.namelist())
-        files = {rel: wheel.read(rel) for rel in paths if rel in names}
-    for rel, data in files.items():
-        if record_digest(data) != record.get(rel):
-            raise Refused(f"{wheel_path}: {rel} does not match the wheel's RECORD")
-    return files
+    return files_of_wheel(release_wheel(version, cache), paths)
 
 
 def overlay_series(name: str, chosen: List[Topic], from_install: bool,

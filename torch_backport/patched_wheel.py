@@ -50,7 +50,7 @@ from torch_backport.series import (
 )
 # In the patched wheel's dist-info: what it was built from and with; an
 # install made from it is recognised by this file.
-from torch_backport.wheel_mode import BUILT_NAME
+from torch_backport.install import BUILT_NAME
 
 LOCAL_PREFIX = "pregrad"
 REQUIREMENT_RE = re.compile(r"torch==([0-9][0-9A-Za-z.+!_-]*)")

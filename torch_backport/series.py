@@ -285,8 +285,6 @@ def parse_patch(patch: Path) -> Tuple[Optional[Patch], List[str]]:
     problems: List[str] = []
     subject = SUBJECT_RE.search(text.split("\n\n", 1)[0])
     head, _, _ = text.partition("\ndiff --git ")
-    stat_files = [m.group(1) for m in map(STAT_LINE_RE.match, head.splitlines()) if m]
-    summary = next((m for m in map(STAT_SUMMARY_RE.match, head.splitlines()) if m), None)
     sections = [m for m in DIFF_RE.finditer(text)]
     if not sections:
         return None, [f"{where}: no 'diff --git' section: not a patch, or cut before its diff"]
@@ -304,7 +302,20 @@ def parse_patch(patch: Path) -> Tuple[Optional[Patch], List[str]]:
         problems += file_problems
         if diff is not None:
             files.append(diff)
-    section_paths = [m.group(2) for m in sections]
+    problems += diffstat_problems(where, head, [m.group(2) for m in sections], files)
+    if problems:
+        return None, problems
+    return Patch(patch, subject.group(1).replace("\n ", " ") if subject else "",
+                 tuple(files)), []
+
+
+def diffstat_problems(where: str, head: str, section_paths: List[str],
+                      files: List[FileDiff]) -> List[str]:
+    """What the diffstat in the patch's `head` announces and the diff
+    sections do not hold: a file, a file count, a line count."""
+    problems: List[str] = []
+    stat_files = [m.group(1) for m in map(STAT_LINE_RE.match, head.splitlines()) if m]
+    summary = next((m for m in map(STAT_SUMMARY_RE.match, head.splitlines()) if m), None)
     for stat in stat_files:
         if stat.startswith(".../"):
             found = any(p.endswith(stat[3:]) for p in section_paths)
@@ -313,25 +324,48 @@ def parse_patch(patch: Path) -> Tuple[Optional[Patch], List[str]]:
         if not found:
             problems.append(f"{where}: the diffstat names {stat}, but the patch has no "
                             "diff for it (cut short?)")
-    if summary is not None:
-        count = int(summary.group(1))
-        added = int(summary.group(2) or 0)
-        removed = int(summary.group(3) or 0)
-        if count != len(sections):
-            problems.append(f"{where}: the diffstat says {count} file(s) changed, the patch "
-                            f"has {len(sections)} diff section(s)")
-        if files and (added, removed) != (sum(f.added for f in files),
-                                          sum(f.removed for f in files)):
-            problems.append(
-                f"{where}: the diffstat says {added} insertion(s) and {removed} deletion(s), "
-                f"the hunks add {sum(f.added for f in files)} and remove "
-                f"{sum(f.removed for f in files)} line(s) (a hunk edited or cut?)")
-    elif stat_files or "\n---\n" in head:
-        problems.append(f"{where}: the diffstat has no 'N files changed' line")
-    if problems:
-        return None, problems
-    return Patch(patch, subject.group(1).replace("\n ", " ") if subject else "",
-                 tuple(files)), []
+    if summary is None:
+        if stat_files or "\n---\n" in head:
+            problems.append(f"{where}: the diffstat has no 'N files changed' line")
+        return problems
+    count, added, removed = (int(summary.group(1)), int(summary.group(2) or 0),
+                             int(summary.group(3) or 0))
+    if count != len(section_paths):
+        problems.append(f"{where}: the diffstat says {count} file(s) changed, the patch "
+                        f"has {len(section_paths)} diff section(s)")
+    hunk_added, hunk_removed = sum(f.added for f in files), sum(f.removed for f in files)
+    if files and (added, removed) != (hunk_added, hunk_removed):
+        problems.append(
+            f"{where}: the diffstat says {added} insertion(s) and {removed} deletion(s), "
+            f"the hunks add {hunk_added} and remove {hunk_removed} line(s) (a hunk edited "
+            "or cut?)")
+    return problems
+
+
+def read_hunk(body: List[str], line: int, old_len: int, new_len: int
+              ) -> Tuple[int, int, int, int, int]:
+    """Read a hunk's lines from body[line] on, up to the counts its header
+    gives: (the line after it, old and new lines seen, lines added, removed)."""
+    old_seen = new_seen = added = removed = 0
+    while line < len(body) and (old_seen < old_len or new_seen < new_len):
+        text = body[line]
+        if text.startswith("\\"):  # "\ No newline at end of file"
+            line += 1
+            continue
+        kind = text[:1]
+        if kind == " " or text == "":
+            old_seen += 1
+            new_seen += 1
+        elif kind == "-":
+            old_seen += 1
+            removed += 1
+        elif kind == "+":
+            new_seen += 1
+            added += 1
+        else:
+            break
+        line += 1
+    return line, old_seen, new_seen, added, removed
 
 
 def parse_file_section(where: str, path: str, body: List[str]
@@ -355,26 +389,8 @@ def parse_file_section(where: str, path: str, body: List[str]
             break  # the signature, or the end of this section
         old_len = 1 if header.group(2) is None else int(header.group(2))
         new_len = 1 if header.group(4) is None else int(header.group(4))
-        old_seen = new_seen = 0
-        line += 1
-        while line < len(body) and (old_seen < old_len or new_seen < new_len):
-            text = body[line]
-            if text.startswith("\\"):  # "\ No newline at end of file"
-                line += 1
-                continue
-            kind = text[:1]
-            if kind == " " or text == "":
-                old_seen += 1
-                new_seen += 1
-            elif kind == "-":
-                old_seen += 1
-                removed += 1
-            elif kind == "+":
-                new_seen += 1
-                added += 1
-            else:
-                break
-            line += 1
+        line, old_seen, new_seen, plus, minus = read_hunk(body, line + 1, old_len, new_len)
+        added, removed = added + plus, removed + minus
         if (old_seen, new_seen) != (old_len, new_len):
             problems.append(
                 f"{where}: {path}: hunk @@ -{header.group(1)} has {old_seen} of {old_len} "

@@ -8,19 +8,28 @@ half-patched or foreign install must not run before we decide.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
 import sys
-from importlib import metadata
 from pathlib import Path
 from typing import Any, ContextManager, Dict, List, Optional, Set, Tuple
 
 from torch_backport.driver import Mode, Plan, Say
-from torch_backport.fsio import atomic_write, locked, step
+from torch_backport.fsio import atomic_write, locked
+from torch_backport.install import (
+    BACKUPS,
+    drop_state,
+    find_install,
+    Install,
+    Manifest,
+    read_manifest,
+    record_digest,
+    remove_leftovers,
+    remove_partial_writes,
+    write_backups,
+)
 from torch_backport.series import (
     apply_series,
     final_blobs,
@@ -28,7 +37,6 @@ from torch_backport.series import (
     identify,
     Identified,
     load_series,
-    primary_topic,
     Refused,
     release_numbers,
     Series,
@@ -39,104 +47,6 @@ from torch_backport.series import (
     topic_files,
     topics,
 )
-
-STATE_DIRNAME = ".torch-pregrad-backport"
-# In the dist-info of a torch installed from a wheel that patched_wheel.py
-# built: what it was built from and which topics' series it carries.
-BUILT_NAME = "PREGRAD_BACKPORT.json"
-Manifest = Dict[str, Any]  # the JSON of <state dir>/manifest.json
-MANIFEST = "manifest.json"
-BACKUPS = "orig"  # <state dir>/orig/<path>: the wheel's bytes of each patched file
-
-
-def record_digest(data: bytes) -> str:
-    """The RECORD form of a sha256: urlsafe base64 without padding."""
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
-# --------------------------------------------------------------------------
-# An installed wheel
-
-
-@dataclasses.dataclass
-class Install:
-    """An installed torch, seen through one topic: each topic keeps its own
-    backups and manifest, so topics are applied and reverted independently."""
-    dist: metadata.Distribution
-    site: Path
-    version: str
-    record: Dict[str, str]  # path -> RECORD sha256 digest, for every hashed file
-    topic: Topic
-    built: Optional[Dict[str, Any]] = None  # BUILT_NAME, if from a patched wheel
-
-    @property
-    def state_dir(self) -> Path:
-        return self.site / f"{STATE_DIRNAME}{self.topic.named('-{name}')}"
-
-    def leftover(self, kind: str) -> Path:
-        """A staging or trash dir that only a killed run leaves behind."""
-        return self.state_dir.with_name(f"{self.state_dir.name}.{kind}")
-
-    def for_topic(self, topic: Topic) -> "Install":
-        return dataclasses.replace(self, topic=topic)
-
-    def built_by(self) -> str:
-        return str((self.built or {}).get("built-by", "torch-pregrad-backport"))
-
-    def built_topic(self) -> Optional[Dict[str, Any]]:
-        """What the patched wheel this torch was installed from says of this
-        topic; None if it was not, or does not carry the topic."""
-        if self.built is None:
-            return None
-        entry: Optional[Dict[str, Any]] = self.built.get("topics", {}).get(self.topic.name)
-        return entry
-
-    def has_feature(self) -> bool:
-        path = self.path(self.topic.feature_file)
-        return path.is_file() and self.topic.has_feature(path.read_bytes())
-
-    def path(self, rel: str) -> Path:
-        return self.site / rel
-
-    def read(self, rel: str) -> bytes:
-        return self.path(rel).read_bytes()
-
-    def blob(self, rel: str) -> Optional[str]:
-        """The git blob id of an installed file; None if it is missing or a link."""
-        path = self.path(rel)
-        if path.is_symlink() or not path.is_file():
-            return None
-        return git_blob_id(path.read_bytes())
-
-    def matches_record(self, rel: str) -> bool:
-        path = self.path(rel)
-        return (not path.is_symlink() and path.is_file()
-                and record_digest(path.read_bytes()) == self.record.get(rel))
-
-
-def find_install(topic: Optional[Topic] = None) -> Install:
-    try:
-        dist = metadata.distribution("torch")
-    except metadata.PackageNotFoundError:
-        raise Refused(f"{sys.executable} has no torch installed") from None
-    record: Dict[str, str] = {}
-    for entry in dist.files or []:
-        if entry.hash is not None and entry.hash.mode == "sha256":
-            record[entry.as_posix()] = entry.hash.value
-    if not record:
-        raise Refused(
-            f"torch {dist.version}: its RECORD has no sha256 hashes, so pristine "
-            "files cannot be told from modified ones"
-        )
-    site = Path(str(dist.locate_file(""))).resolve()
-    built_text = dist.read_text(BUILT_NAME)
-    try:
-        built = json.loads(built_text) if built_text is not None else None
-    except ValueError:
-        raise Refused(f"torch {dist.version}: its dist-info has an unreadable "
-                      f"{BUILT_NAME}") from None
-    return Install(dist, site, dist.version, record, topic or primary_topic(), built)
-
 
 @dataclasses.dataclass
 class Status:
@@ -179,17 +89,6 @@ class Status:
     def headline_lines(self, verb: str) -> List[str]:
         why = self.why(verb)
         return [self.headline()] + ([why] if why else [])
-
-
-def read_manifest(install: Install) -> Optional[Manifest]:
-    path = install.state_dir / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        manifest: Manifest = json.loads(path.read_text())
-        return manifest
-    except ValueError:
-        return {"state": "unreadable manifest"}
 
 
 def file_kind(install: Install, rel: str, patched_digest: Optional[str],
@@ -336,36 +235,6 @@ def reinstall_command(install: Install) -> str:
 def built_from(install: Install) -> str:
     source = (install.built or {}).get("from", {})
     return f"{source.get('wheel', 'a torch wheel')}, by {install.built_by()}"
-
-
-def drop_state(install: Install) -> None:
-    """Remove the state dir in one rename, then delete it: a run killed in
-    between leaves a trash dir that the next run removes, never a state dir
-    without its manifest."""
-    trash = install.leftover("trash")
-    remove_leftovers(install)
-    step(install.state_dir)
-    os.replace(install.state_dir, trash)
-    step(trash)
-    shutil.rmtree(trash)
-
-
-def remove_leftovers(install: Install) -> None:
-    """Directories that only a killed run leaves: a staging dir that was never
-    renamed into place, a trash dir that was not deleted."""
-    for leftover in (install.leftover("staging"), install.leftover("trash")):
-        if leftover.exists():
-            step(leftover)
-            shutil.rmtree(leftover)
-
-
-def remove_partial_writes(install: Install, paths: List[str]) -> None:
-    """Temporary files that a killed atomic_write left beside its target."""
-    for rel in paths:
-        tmp = install.path(rel).with_name(f".{install.path(rel).name}.pregrad-tmp")
-        if tmp.exists():
-            step(tmp)
-            tmp.unlink()
 
 
 def recover_would(status: Status) -> str:
@@ -565,7 +434,7 @@ def plan_series(status: Status, plan: Plan) -> None:
     # from those before anything is written, so a failure changes nothing.
     backups = (status.manifest["pristine"]
                if status.state in ("outdated", "partial") and status.manifest else {})
-    pristine = {rel: (install.state_dir / BACKUPS / rel).read_bytes() if rel in backups
+    pristine = {rel: install.backup(rel).read_bytes() if rel in backups
                 else install.read(rel) for rel in series.touched}
     patched = apply_series(pristine, series)
     if status.state == "partial":
@@ -620,7 +489,7 @@ def write_series(status: Status, pristine: Dict[str, bytes], patched: Dict[str, 
         manifest = read_manifest(install)
         assert manifest is not None
         manifest["state"] = "applied"
-        atomic_write(install.state_dir / MANIFEST,
+        atomic_write(install.manifest_path,
                      json.dumps(manifest, indent=2).encode(), 0o644)
     except BaseException:
         manifest = read_manifest(install)
@@ -633,30 +502,6 @@ def write_series(status: Status, pristine: Dict[str, bytes], patched: Dict[str, 
         raise
     say(f"applied {len(series.patches)} patches to {len(series.touched)} files; "
         f"originals kept in {install.state_dir}")
-
-
-def write_backups(install: Install, series: Series,
-                  pristine: Dict[str, bytes], patched: Dict[str, bytes]) -> None:
-    """Write backups and manifest into a temporary dir, then rename it into place,
-    so the state dir is either complete or absent."""
-    staging = install.leftover("staging")
-    for rel, data in pristine.items():
-        step(staging / BACKUPS / rel)
-        (staging / BACKUPS / rel).parent.mkdir(parents=True, exist_ok=True)
-        (staging / BACKUPS / rel).write_bytes(data)
-    manifest = {
-        "state": "applying",
-        "torch": install.version,
-        "base": series.base,
-        "series": {p.name: sha256_hex(p.read_bytes()) for p in series.patches},
-        "pristine": {rel: install.record[rel] for rel in series.touched},
-        "patched": {rel: record_digest(data) for rel, data in patched.items()},
-        "modes": {rel: install.path(rel).stat().st_mode & 0o7777 for rel in series.touched},
-    }
-    step(staging / MANIFEST)
-    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
-    step(install.state_dir)
-    os.replace(staging, install.state_dir)
 
 
 def plan_revert(install: Install, plan: Plan) -> None:
@@ -713,7 +558,7 @@ def restore_series(status: Status, say: Say) -> None:
     install = status.install
     assert status.series is not None and status.manifest is not None
     manifest = dict(status.manifest, state="reverting")
-    atomic_write(install.state_dir / MANIFEST, json.dumps(manifest, indent=2).encode(), 0o644)
+    atomic_write(install.manifest_path, json.dumps(manifest, indent=2).encode(), 0o644)
     restored = restore_pristine(install, manifest)
     for rel in restored:
         say(f"  restored {rel}")

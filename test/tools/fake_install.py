@@ -23,9 +23,21 @@ from pathlib import Path
 import expecttest
 
 from torch_backport.series import primary_topic, REPO, select_topics, topic_files, topics
-from torch_backport.wheel_mode import STATE_DIRNAME
 
-__all__ = ["REPO", "STATE_DIRNAME"]  # re-exported: the tests take these facts from here
+# The product's names that users and other tools see, written out here once
+# and never imported from torch_backport: a change to one fails the tests
+# that use it. (Which files a topic touches is data, read from the series.)
+STATE_DIRNAME = ".torch-pregrad-backport"  # beside site-packages/torch
+MANIFEST = "manifest.json"  # in the state directory
+BACKUPS = "orig"  # <state directory>/orig/<path>: the wheel's bytes
+BUILT_NAME = "PREGRAD_BACKPORT.json"  # in a patched wheel's dist-info
+FAULT = "_PREGRAD_TEST_FAULT"  # fsio's fault hook: kill:N, oserror:N
+# The supported bases, as apply.sh lists them.
+BASES = "v2.9.0, v2.9.1, v2.10.0, v2.11.0, v2.12.0, v2.13.0, v2.14.1"
+AUTOCAST_BASES = "v2.9.1, v2.10.0, v2.11.0, v2.12.0, v2.13.0, v2.14.1"
+ISA_BASES = "v2.9.1, v2.10.0, v2.11.0, v2.12.0, v2.13.0"
+
+__all__ = ["REPO"]  # re-exported: the tests take these facts from here
 
 APPLY = REPO / "scripts" / "apply.sh"
 # The real torch installs the tests copy from; scripts/test.sh sets both.

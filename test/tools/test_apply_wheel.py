@@ -11,15 +11,10 @@ import hashlib
 import json
 import unittest
 
-import torch_backport.series as model
-from fake_install import (AUTOCAST, InstallTestCase, make_fake_install, REPO, source_python,
+from fake_install import (AUTOCAST, AUTOCAST_BASES, BACKUPS, BASES, FAULT, InstallTestCase,
+                          MANIFEST, make_fake_install, REPO, source_python,
                           STATE_DIRNAME, STOCK, TOUCHED, UPSTREAM)
 
-FAULT = "_PREGRAD_TEST_FAULT"
-# The supported bases as apply.sh lists them; more come as data.
-BASES = ", ".join(model.supported_bases())
-AUTOCAST_BASES = ", ".join(model.supported_bases(
-    model.select_topics(["autocast-cache-key"])[0]))
 
 
 class ApplyWheelTest(InstallTestCase):
@@ -96,7 +91,7 @@ applied 2 patches to 1 files; originals kept in <site>/.torch-pregrad-backport-a
             self.assertNotEqual(install.path(rel).read_bytes(), before[rel], rel)
             self.assertEqual(install.path(rel).read_bytes(), patched[rel], rel)
             self.assertEqual(
-                (install.site / STATE_DIRNAME / "orig" / rel).read_bytes(), before[rel]
+                (install.site / STATE_DIRNAME / BACKUPS / rel).read_bytes(), before[rel]
             )
         code, output = install.run("--status")
         self.assertEqual(code, 0)
@@ -123,7 +118,7 @@ pristine: every file the series touches matches torch's RECORD
         (recorded in the manifest) is 'outdated'; apply swaps in the current one."""
         install = self.install()
         self.assertEqual(install.run()[0], 0)
-        manifest_path = install.site / STATE_DIRNAME / "manifest.json"
+        manifest_path = install.site / STATE_DIRNAME / MANIFEST
         manifest = json.loads(manifest_path.read_text())
         manifest["series"] = {"0001-older.patch": "0" * 64}
         manifest_path.write_text(json.dumps(manifest))

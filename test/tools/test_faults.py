@@ -21,10 +21,9 @@ from pathlib import Path
 
 import torch_backport.series as model
 from checkout_repo import GIT_ENV, make_checkout, site_of
-from fake_install import (APPLY, FakeInstall, make_fake_install, ScratchTestCase, source_python,
-                          STATE_DIRNAME, STOCK, TOUCHED)
+from fake_install import (APPLY, FakeInstall, FAULT, MANIFEST, make_fake_install,
+                          ScratchTestCase, source_python, STATE_DIRNAME, STOCK, TOUCHED)
 
-FAULT = "_PREGRAD_TEST_FAULT"
 MAX_STEPS = 200
 # What a plain apply commits on v2.11.0: every default topic's series.
 PATCH_COUNT = sum(len(model.load_series("v2.11.0", topic).patches)
@@ -79,7 +78,7 @@ class FaultInjectionTest(ScratchTestCase):
         actual = install.snapshot()
         self.assertEqual(sorted(actual), sorted(expected), where)
         for rel, data in expected.items():
-            if not rel.endswith("manifest.json"):
+            if not rel.endswith(MANIFEST):
                 self.assertEqual(actual[rel], data, f"{where}: {rel}")
 
     def walk(self, start, command: tuple[str, ...], kind: str = "kill"):

@@ -24,7 +24,7 @@ from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
 import torch_backport.series as model
-from fake_install import ScratchTestCase, source_python, STOCK, UPSTREAM
+from fake_install import BUILT_NAME, ScratchTestCase, source_python, STOCK, UPSTREAM
 from fake_wheel import make_fake_wheel, release_files, run_wheel, tampered, TAG
 
 LABEL_RE = r"pregrad\.g[0-9a-f]{10}"
@@ -107,7 +107,7 @@ class PatchedWheelTest(ScratchTestCase):
         wheel_path = self.built()
         version = wheel_path.name.split("-")[1]
         with WheelFile(str(wheel_path)) as wheel:
-            built = json.loads(wheel.read(f"torch-{version}.dist-info/PREGRAD_BACKPORT.json"))
+            built = json.loads(wheel.read(f"torch-{version}.dist-info/{BUILT_NAME}"))
         self.assertEqual(built["from"], {"wheel": source.name, "sha256": sha256(source),
                                          "version": "2.11.0"})
         self.assertEqual(sorted(built["topics"]),

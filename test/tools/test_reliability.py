@@ -15,8 +15,8 @@ import unittest
 from pathlib import Path
 
 from checkout_repo import make_checkout, site_of
-from fake_install import (copy_project, InstallTestCase, REPO, source_python, STATE_DIRNAME, STOCK,
-                          TOUCHED)
+from fake_install import (copy_project, InstallTestCase, MANIFEST, REPO, source_python,
+                          STATE_DIRNAME, STOCK, TOUCHED)
 
 CONFIG = "torch/_inductor/config.py"
 PATCH_0003 = "0003-inductor-add-pre_grad_pass_timing-early-late-default.patch"
@@ -163,7 +163,7 @@ class ReliabilityTest(InstallTestCase):
         install = self.install()
         pristine = install.snapshot()
         self.assertEqual(install.run()[0], 0)
-        (install.site / STATE_DIRNAME / "manifest.json").unlink()
+        (install.site / STATE_DIRNAME / MANIFEST).unlink()
         code, output = install.run("--status")
         self.assertEqual(code, 1)
         self.assertIn("has no manifest.json (a run was killed part-way)", output)

@@ -10,7 +10,7 @@ import unittest
 
 from hypothesis import given, settings, strategies as st
 
-from fake_install import REPO, source_python, STOCK, torch_site
+from fake_install import AUTOCAST_BASES, BASES as LISTED, ISA_BASES, REPO, source_python, STOCK, torch_site
 
 import torch_backport.series as model  # noqa: E402
 
@@ -24,8 +24,12 @@ def pristine_files(series: model.Series) -> dict[str, bytes]:
 
 
 class SeriesTest(unittest.TestCase):
-    def test_there_is_a_series_for_2_11_0(self) -> None:
-        self.assertIn("v2.11.0", BASES)
+    def test_the_bases_of_each_topic_are_the_ones_written_out(self) -> None:
+        """A series dropped or misnamed changes the bases the tool offers."""
+        found = {topic.name: ", ".join(model.supported_bases(topic)) for topic in model.topics()}
+        self.assertEqual(found, {"pre-grad-pass-timing": LISTED,
+                                 "autocast-cache-key": AUTOCAST_BASES,
+                                 "cpu-isa-probe": ISA_BASES})
 
     def test_every_entry_exists_once_and_every_patch_is_listed(self) -> None:
         for base in BASES:

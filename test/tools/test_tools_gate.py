@@ -1,0 +1,108 @@
+"""The tool suite's own gate, as the stock gate is the compile suites': each
+rule below is broken on purpose in a copy of the product, and the test that
+guards it must then fail. A test that passes against the broken copy checks
+nothing; a break that no longer applies (the code moved) fails here too, so
+the list is kept in step with the code."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+from pathlib import Path
+from typing import NamedTuple
+
+from fake_install import REPO, ScratchTestCase
+
+
+class Break(NamedTuple):
+    """`old` replaced by `new` (once, exactly) in `path`: `test` must fail."""
+    rule: str
+    path: str
+    old: str
+    new: str
+    test: str
+
+
+BREAKS = [
+    Break("a patch that applies but leaves another post-image is refused",
+          "torch_backport/series.py", "if blob != diff.post_blob:", "if False:",
+          "test_reliability.py::ReliabilityTest::"
+          "test_hand_edited_patch_that_still_applies_is_refused_by_its_post_image"),
+    Break("files that differ from RECORD are refused",
+          "torch_backport/wheel_mode.py",
+          '    if status.state == "modified":\n        what = ("the series is applied',
+          '    if False:\n        what = ("the series is applied',
+          "test_apply_wheel.py::ApplyWheelTest::"
+          "test_apply_refuses_a_modified_install_and_changes_nothing"),
+    Break("an optional topic without a series is not available, not a failure",
+          "torch_backport/series.py", "return not named and not self.primary", "return False",
+          "test_topics.py::TopicsWheelTest::"
+          "test_status_calls_an_opt_in_topic_without_a_series_not_available"),
+    Break("every topic is planned before any is written",
+          "torch_backport/driver.py",
+          "plans = [make_plan(mode, command, topic, named, tried=len(chosen) > 1)\n"
+          "             for topic in chosen]",
+          "plans = (make_plan(mode, command, topic, named, tried=len(chosen) > 1)\n"
+          "             for topic in chosen)",
+          "test_topics.py::TopicsWheelTest::"
+          "test_all_topics_are_refused_together_when_one_cannot_apply"),
+    Break("a refused checkout run leaves ORIG_HEAD as it was",
+          "torch_backport/checkout_mode.py",
+          '    if before:\n        git(checkout, "update-ref", "--no-deref", "ORIG_HEAD"',
+          '    if False:\n        git(checkout, "update-ref", "--no-deref", "ORIG_HEAD"',
+          "test_apply_checkout.py::ApplyCheckoutTest::"
+          "test_refuses_a_conflict_naming_patch_file_and_line"),
+    Break("an overlay never replaces a directory holding files it did not write",
+          "torch_backport/overlay.py", "    if foreign:\n", "    if False:\n",
+          "test_apply_wheel.py::ApplyWheelTest::"
+          "test_overlay_refuses_a_directory_it_did_not_fill"),
+    Break("a patched wheel is read against the source wheel's RECORD",
+          "torch_backport/patched_wheel.py",
+          "        data: bytes = wheel.read(name)",
+          "        data: bytes = zipfile.ZipFile.open(wheel, name).read()",
+          "test_patched_wheel.py::PatchedWheelTest::"
+          "test_a_file_that_does_not_match_record_is_refused"),
+]
+
+COPIED = ("setup.cfg", "torch_backport", "patches", "scripts", "test/tools", "test/harness")
+
+
+class ToolsGateTest(ScratchTestCase):
+    def broken_copy(self, broken: Break) -> Path:
+        copy = self.tmp / "project"
+        for part in COPIED:
+            if (REPO / part).is_dir():
+                shutil.copytree(REPO / part, copy / part,
+                                ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(REPO / part, copy / part)
+        target = copy / broken.path
+        text = target.read_text()
+        self.assertEqual(text.count(broken.old), 1,
+                         f"the break of {broken.rule!r} no longer applies to {broken.path}; "
+                         "bring test_tools_gate.py in step with the code")
+        target.write_text(text.replace(broken.old, broken.new))
+        return copy
+
+    def test_each_guarded_rule_fails_its_test_when_broken(self) -> None:
+        for broken in BREAKS:
+            with self.subTest(rule=broken.rule):
+                self.assertTrue((REPO / "test" / "tools" / broken.test.split("::")[0]).is_file())
+                copy = self.broken_copy(broken)
+                result = subprocess.run(
+                    [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly",
+                     f"test/tools/{broken.test}"],
+                    cwd=copy, capture_output=True, text=True,
+                    env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+                shutil.rmtree(copy)
+                # 1: the test ran and failed. 4 or 5 would be a test that is gone.
+                self.assertEqual(result.returncode, 1,
+                                 f"{broken.test} did not fail with {broken.rule!r} broken:\n"
+                                 + result.stdout[-2000:])
+
+
+if __name__ == "__main__":
+    unittest.main()

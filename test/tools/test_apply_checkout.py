@@ -307,6 +307,9 @@ already applied: all 2 patches are in HEAD's history; nothing to do
 
     def test_refuses_a_conflict_naming_patch_file_and_line(self) -> None:
         checkout = self.conflicting_checkout()
+        # git am and reset move ORIG_HEAD; the refused run must put back the
+        # user's, which here is not HEAD.
+        checkout.git("update-ref", "ORIG_HEAD", "HEAD~1")
         output = self.assertRefusedUnchanged(checkout, *ORIGINAL)
         self.assertIn("0003-inductor-add-pre_grad_pass_timing-early-late-default.patch does "
                       "not apply, even with a 3-way merge; conflicts at:", output)

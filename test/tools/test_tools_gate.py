@@ -73,6 +73,7 @@ COPIED = ("setup.cfg", "torch_backport", "patches", "scripts", "test/tools", "te
 class ToolsGateTest(ScratchTestCase):
     def broken_copy(self, broken: Break) -> Path:
         copy = self.tmp / "project"
+        copy.mkdir()
         for part in COPIED:
             if (REPO / part).is_dir():
                 shutil.copytree(REPO / part, copy / part,

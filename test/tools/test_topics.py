@@ -106,6 +106,8 @@ patched: the series is applied (revert with --revert --topic cpu-isa-probe)
         self.assertEqual(code, 1, output)
         self.assertIn("<site>/torch/_inductor/cpu_vec_isa.py: differs from the wheel and "
                       "the series", output)
+        # Refused before anything was written, not written and taken back.
+        self.assertNotIn("took back", output)
         self.assertEqual(install.snapshot(), before)
 
     def test_topics_that_patch_the_same_file_are_refused_together(self) -> None:

@@ -190,7 +190,9 @@ def execute_plans(mode: Mode, command: str, chosen: List[Topic], named: bool,
         # topic: take back the topics this run applied before it, so that
         # the target is as it was.
         for topic in reversed(applied_here):
-            make_plan(mode, "revert", topic, named, tried=False).execute(quiet)
+            undo = Plan()
+            mode.plan("revert", topic, undo)
+            undo.execute(quiet)
             print(f"took back topic {topic.name}, applied earlier in this run",
                   file=sys.stderr)
         raise

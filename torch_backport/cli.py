@@ -53,11 +53,11 @@ reported and reverted on its own.
                        `default,cpu-isa-probe` adds the opt-in topic to
                        them). An unknown name is a usage error (exit 2),
                        wherever it appears. Without it apply, --revert and
-                       --overlay act on the
-                       default topics, and --status reports every topic. A
-                       default topic other than pre-grad-pass-timing that has
-                       no series for a release is reported as not available
-                       and left alone, unless named with --topic.
+                       --overlay act on the default topics, and --status
+                       reports every topic. A default topic other than
+                       pre-grad-pass-timing that has no series for a release
+                       is reported as not available and left alone, unless
+                       named with --topic.
 
 Which series: for each topic, the one whose base's files (pristine.tsv)
 the torch or tree holds byte for byte, by git blob id, or, once patched,

@@ -521,17 +521,27 @@ def apply_help() -> str:
     """APPLY_HELP with the topics and releases of patches/topics.tsv and
     patches/releases.tsv."""
     from torch_backport import releases
-    from torch_backport.series import primary_topic
-    primary = primary_topic()
-    bases = textwrap.fill(
-        "Bases: the directories of patches/ that hold a series file (for a topic other "
-        "than the default: patches/<base>/<topic>/series). Releases served: "
-        f"{releases.help_releases()}.", width=79, break_on_hyphens=False)
-    with_feature = [release.version for release in releases.with_the_feature(primary)]
-    return (APPLY_HELP.replace("@TOPICS@", releases.help_topics())
-            .replace("@WITH_FEATURE@", releases.span(with_feature))
-            .replace("@FIXED_BASES@", releases.span(releases.fixed_bases(primary)))
-            .replace("@BASES@", bases))
+    from torch_backport.series import primary_topic, Refused
+    try:
+        primary = primary_topic()
+        bases = textwrap.fill(
+            "Bases: the directories of patches/ that hold a series file (for a topic "
+            "other than the default: patches/<base>/<topic>/series). Releases served: "
+            f"{releases.help_releases()}.", width=79, break_on_hyphens=False)
+        with_feature = [release.version for release in releases.with_the_feature(primary)]
+        made = {"@TOPICS@": releases.help_topics(),
+                "@WITH_FEATURE@": releases.span(with_feature),
+                "@FIXED_BASES@": releases.span(releases.fixed_bases(primary)),
+                "@BASES@": bases}
+    except (OSError, Refused) as problem:
+        # The help still prints: the rest of it is what a user needs to fix this.
+        broken = f"(cannot list them: {problem})"
+        made = {"@TOPICS@": f"  {broken}", "@WITH_FEATURE@": "Releases with a fixes series",
+                "@FIXED_BASES@": "release's", "@BASES@": f"Bases: {broken}"}
+    text = APPLY_HELP
+    for marker, value in made.items():
+        text = text.replace(marker, value)
+    return text
 
 
 def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,

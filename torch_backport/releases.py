@@ -36,8 +36,10 @@ def served() -> List[Release]:
     path = releases_file()
     rows = [line.split("\t") for line in path.read_text().splitlines()
             if line.strip() and not line.startswith("#")]
-    header = next(line[2:].split("\t") for line in path.read_text().splitlines()
-                  if line.startswith("# release\t"))
+    header = next((line[2:].split("\t") for line in path.read_text().splitlines()
+                   if line.startswith("# release\t")), None)
+    if header is None:
+        raise Refused(f"{shown(path)} has no '# release<TAB>topic...' header line")
     found = []
     for number, row in enumerate(rows, 1):
         if len(row) != len(header):
@@ -50,9 +52,15 @@ def served() -> List[Release]:
 def with_the_feature(topic: Topic) -> List[Release]:
     """The served releases that have `topic`'s feature and get fixes for it:
     those whose series does not add the feature."""
-    return [release for release in served()
-            if release.bases.get(topic.name, HAS_IT) != HAS_IT
-            and not load_series(release.bases[topic.name], topic).adds_feature]
+    found = []
+    for release in served():
+        base = release.bases.get(topic.name, HAS_IT)
+        if base != HAS_IT and base not in supported_bases(topic):
+            raise Refused(f"{shown(releases_file())}: {release.version} names {base} for "
+                          f"topic {topic.name}, which has no series there")
+        if base != HAS_IT and not load_series(base, topic).adds_feature:
+            found.append(release)
+    return found
 
 
 def fixed_bases(topic: Topic) -> List[str]:

@@ -56,6 +56,24 @@ class GeneratedDocsTest(ScratchTestCase):
         self.assertIn(f"Releases served: {RELEASES}, 2.16.0.", help_text(project))
         self.assertIn("2.12.0-2.16.0 have the feature", help_text(project))
 
+    def test_a_row_naming_a_base_without_a_series_is_named_and_help_still_prints(self) -> None:
+        project = copy_project(self.tmp / "project")
+        shutil.copy2(REPO / "README.md", project / "README.md")
+        readme = (project / "README.md").read_text()
+        with open(project / "patches" / "releases.tsv", "a") as rows:
+            rows.write("2.16.0\tv2.16.0\thas it\thas it\n")
+        problem = ("releases.tsv: 2.16.0 names v2.16.0 for topic pre-grad-pass-timing, "
+                   "which has no series there")
+        shown = run(project, "apply.sh", "--help")
+        self.assertEqual(shown.returncode, 0, shown.stderr)
+        self.assertIn(f"(cannot list them: patches/{problem})",
+                      " ".join(shown.stdout.split()))
+        self.assertIn("--topic T", shown.stdout)
+        refused = run(project, "update-docs")
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn(problem, refused.stderr)
+        self.assertEqual((project / "README.md").read_text(), readme)
+
     def test_a_readme_without_the_markers_is_refused_unchanged(self) -> None:
         project = copy_project(self.tmp / "project")
         (project / "README.md").write_text("# no table here\n")

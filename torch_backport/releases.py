@@ -40,27 +40,30 @@ def served() -> List[Release]:
                    if line.startswith("# release\t")), None)
     if header is None:
         raise Refused(f"{shown(path)} has no '# release<TAB>topic...' header line")
+    known = {topic.name: topic for topic in store().topics}
+    unknown = [name for name in header[1:] if name not in known]
+    if unknown:
+        raise Refused(f"{shown(path)}: its header names {unknown[0]}, which is not a topic")
     found = []
     for number, row in enumerate(rows, 1):
         if len(row) != len(header):
             raise Refused(f"{shown(path)}: row {number} has {len(row)} fields, the header "
                           f"{len(header)}")
-        found.append(Release(row[0], dict(zip(header[1:], row[1:]))))
+        release = Release(row[0], dict(zip(header[1:], row[1:])))
+        for name, base in release.bases.items():
+            if base != HAS_IT and base not in supported_bases(known[name]):
+                raise Refused(f"{shown(path)}: {release.version} names {base} for topic "
+                              f"{name}, which has no series there")
+        found.append(release)
     return found
 
 
 def with_the_feature(topic: Topic) -> List[Release]:
     """The served releases that have `topic`'s feature and get fixes for it:
     those whose series does not add the feature."""
-    found = []
-    for release in served():
-        base = release.bases.get(topic.name, HAS_IT)
-        if base != HAS_IT and base not in supported_bases(topic):
-            raise Refused(f"{shown(releases_file())}: {release.version} names {base} for "
-                          f"topic {topic.name}, which has no series there")
-        if base != HAS_IT and not load_series(base, topic).adds_feature:
-            found.append(release)
-    return found
+    return [release for release in served()
+            if release.bases.get(topic.name, HAS_IT) != HAS_IT
+            and not load_series(release.bases[topic.name], topic).adds_feature]
 
 
 def fixed_bases(topic: Topic) -> List[str]:

@@ -521,7 +521,7 @@ def apply_help() -> str:
     """APPLY_HELP with the topics and releases of patches/topics.tsv and
     patches/releases.tsv."""
     from torch_backport import releases
-    from torch_backport.series import primary_topic, Refused
+    from torch_backport.series import fixed_bases, primary_topic, Refused
     try:
         primary = primary_topic()
         bases = textwrap.fill(
@@ -531,7 +531,7 @@ def apply_help() -> str:
         with_feature = [release.version for release in releases.with_the_feature(primary)]
         made = {"@TOPICS@": releases.help_topics(),
                 "@WITH_FEATURE@": releases.span(with_feature),
-                "@FIXED_BASES@": releases.span(releases.fixed_bases(primary)),
+                "@FIXED_BASES@": releases.span(fixed_bases(primary)),
                 "@BASES@": bases}
     except (OSError, Refused) as problem:
         # The help still prints: the rest of it is what a user needs to fix this.

@@ -51,9 +51,9 @@ def pristine_from_install(series: Series) -> Dict[str, bytes]:
     files: Dict[str, bytes] = {}
     for rel in series.touched:
         for source in (install.path(rel), install.backup(rel)):
-            if (source.is_file() and not source.is_symlink()
-                    and record_digest(source.read_bytes()) == install.record.get(rel)):
-                files[rel] = source.read_bytes()
+            data = source.read_bytes() if source.is_file() and not source.is_symlink() else None
+            if data is not None and record_digest(data) == install.record.get(rel):
+                files[rel] = data
                 break
         else:
             raise Refused(f"torch in {install.site}: {rel} is neither the wheel's nor backed "

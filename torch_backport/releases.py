@@ -34,10 +34,10 @@ def releases_file() -> Path:
 def served() -> List[Release]:
     """Every row of patches/releases.tsv, in its order."""
     path = releases_file()
-    rows = [line.split("\t") for line in path.read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
-    header = next((line[2:].split("\t") for line in path.read_text().splitlines()
-                   if line.startswith("# release\t")), None)
+    lines = path.read_text().splitlines()
+    rows = [line.split("\t") for line in lines if line.strip() and not line.startswith("#")]
+    header = next((line[2:].split("\t") for line in lines if line.startswith("# release\t")),
+                  None)
     if header is None:
         raise Refused(f"{shown(path)} has no '# release<TAB>topic...' header line")
     known = {topic.name: topic for topic in store().topics}
@@ -64,11 +64,6 @@ def with_the_feature(topic: Topic) -> List[Release]:
     return [release for release in served()
             if release.bases.get(topic.name, HAS_IT) != HAS_IT
             and not load_series(release.bases[topic.name], topic).adds_feature]
-
-
-def fixed_bases(topic: Topic) -> List[str]:
-    """The bases whose series of `topic` fixes a release that has it."""
-    return [base for base in supported_bases(topic) if not load_series(base, topic).adds_feature]
 
 
 def span(names: List[str]) -> str:

@@ -198,7 +198,17 @@ class Store:
         topic, "default" the default ones, so `default,cpu-isa-probe` adds an
         opt-in topic to them); without names, the default ones. Every name is
         checked before any is taken."""
-        return select_from(list(self.topics), names)
+        known = self.topics
+        if not names:
+            return [topic for topic in known if topic.applied == "default"]
+        wanted = {part for name in names for part in name.split(",") if part}
+        unknown = sorted(wanted - {topic.name for topic in known} - {"all", "default"})
+        if unknown:
+            raise Refused(f"unknown topic {unknown[0]!r}; topics: "
+                          + ", ".join(f"{t.name} ({t.applied})" for t in known) + ", default, all")
+        return [topic for topic in known
+                if "all" in wanted or topic.name in wanted
+                or ("default" in wanted and topic.applied == "default")]
 
 
 @functools.lru_cache(maxsize=None)
@@ -220,18 +230,6 @@ def select_topics(names: Optional[List[str]]) -> List[Topic]:
     """`Store.select` of the package's store."""
     return store().select(names)
 
-
-def select_from(known: List[Topic], names: Optional[List[str]]) -> List[Topic]:
-    if not names:
-        return [topic for topic in known if topic.applied == "default"]
-    wanted = {part for name in names for part in name.split(",") if part}
-    unknown = sorted(wanted - {topic.name for topic in known} - {"all", "default"})
-    if unknown:
-        raise Refused(f"unknown topic {unknown[0]!r}; topics: "
-                      + ", ".join(f"{t.name} ({t.applied})" for t in known) + ", default, all")
-    return [topic for topic in known
-            if "all" in wanted or topic.name in wanted
-            or ("default" in wanted and topic.applied == "default")]
 
 
 @dataclasses.dataclass
@@ -260,6 +258,13 @@ def supported_bases(topic: Optional[Topic] = None) -> List[str]:
     """The bases that have a series for `topic` (the primary topic if None)."""
     chosen = topic or primary_topic()
     return chosen.store.bases(chosen)
+
+
+def fixed_bases(topic: Topic) -> List[str]:
+    """The bases whose series of `topic` only fixes a release that has the
+    topic's change (it adds no feature line): 2.12.0 and later for the
+    original topic."""
+    return [base for base in supported_bases(topic) if not load_series(base, topic).adds_feature]
 
 
 def series_entries(series_file: Path) -> List[Tuple[int, str]]:

@@ -33,6 +33,7 @@ from torch_backport.install import (
 from torch_backport.series import (
     apply_series,
     final_blobs,
+    fixed_bases,
     git_blob_id,
     identify,
     Identified,
@@ -377,7 +378,7 @@ def no_fixes_note(status: Status) -> str:
     if status.series is not None:
         return ""
     bases = supported_bases(topic)
-    fixes = [base for base in bases if not load_series(base, topic).adds_feature]
+    fixes = fixed_bases(topic)
     if not fixes:
         return ""
     if topic.primary:

@@ -281,14 +281,26 @@ def find_base(history: History, topic: Topic) -> Base:
                     "are in HEAD's history", False)
     # Not in the history: the content answer is the series model's.
     by_content = identify(topic, history.head)
+    if by_content.series is not None and by_content.how == "pristine":
+        return Base(by_content.series, by_content.reason(), True)
+    if floor:
+        # HEAD's history holds a base's pristine files (a release branch
+        # with local changes on top): that base, with a 3-way merge.
+        below = identify(topic, history.head, among=floor)
+        assert below.series is not None
+        base = below.series.base
+        changed = (f"; {', '.join(below.differing)} changed since" if below.differing
+                   else "")
+        return Base(below.series, f"{len(below.same)} of {len(below.same) + len(below.differing)}"
+                    f" files the series touches are identical to {base}'s{changed}; HEAD's "
+                    f"history holds {base}'s files, so the series goes in with a 3-way merge "
+                    "(git am -3)", False)
     if by_content.series is None:
         raise Refused(f"topic {topic.name} has no series for any base")
     series = by_content.series
-    if by_content.how == "pristine":
-        return Base(series, by_content.reason(), True)
     blobs = pristine_blobs(series)
-    known = [rel for rel, blob in blobs.items() if series.base in floor or git(
-        checkout, "cat-file", "-e", blob, check=False).returncode == 0]
+    known = [rel for rel, blob in blobs.items()
+             if git(checkout, "cat-file", "-e", blob, check=False).returncode == 0]
     if len(known) == len(blobs):
         return Base(series, f"{by_content.reason()}; {series.base}'s blobs are in this "
                     "repository, so the series goes in with a 3-way merge (git am -3)", False)

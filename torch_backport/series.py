@@ -637,13 +637,14 @@ class Identified:
 
 
 def identify(topic: Topic, blobs: Mapping[str, Optional[str]],
-             version: Optional[str] = None) -> Identified:
+             version: Optional[str] = None, among: Optional[List[str]] = None) -> Identified:
     """The base of `topic` whose pristine files (or whose series' patched
     files) `blobs` (path -> git blob id, None for a missing file) hold
     exactly; without an exact match, the closest. Ties go to the base that
-    `version` names, then to the nearest base below it."""
+    `version` names, then to the nearest base below it. `among` limits the
+    candidates (a checkout: the bases its history held)."""
     ranked = []
-    for base in supported_bases(topic):
+    for base in supported_bases(topic) if among is None else among:
         series = load_series(base, topic)
         pristine, patched = pristine_blobs(series), final_blobs(series)
         files = sorted(set(pristine) | set(patched))

@@ -163,13 +163,28 @@ already applied: all 2 patches are in HEAD's history; nothing to do
                              "fork: local knob")
         code, output = checkout.run()
         self.assertEqual(code, 0, output)
-        self.assertIn("4 of 5 files the series touches are identical to v2.11.0's, the "
-                      "closest base; torch/_inductor/config.py differs; v2.11.0's blobs are "
-                      "in this repository, so the series goes in with a 3-way merge", output)
+        self.assertIn("4 of 5 files the series touches are identical to v2.11.0's; "
+                      "torch/_inductor/config.py changed since; HEAD's history holds "
+                      "v2.11.0's files, so the series goes in with a 3-way merge", output)
         merged = checkout.read("torch/_inductor/config.py")
         self.assertIn(b"# fork: local knob", merged)
         self.assertIn(b'pre_grad_pass_timing: Literal["early", "late", "default"] = "default"',
                       merged)
+
+    def test_every_touched_file_changed_since_the_release_still_finds_its_base(self) -> None:
+        """A release branch that went on changing every file the series touches
+        holds no base's files at HEAD; its history does (bench/checkout_scale.py's
+        `main` branch, at 90,000 commits)."""
+        checkout = self.checkout()
+        for rel in TOUCHED:
+            checkout.commit_file(rel, checkout.read(rel) + b"\n# fork: local note\n",
+                                 f"fork: note in {rel}")
+        code, output = checkout.run(*ORIGINAL, "--check")
+        self.assertEqual(code, 0, output)
+        self.assertIn(f"base v2.11.0: 0 of {len(TOUCHED)} files the series touches are "
+                      "identical to v2.11.0's; " + ", ".join(TOUCHED) + " changed since; "
+                      "HEAD's history holds v2.11.0's files, so the series goes in with a "
+                      "3-way merge (git am -3)", output)
 
     def test_series_merged_over_changed_context_is_still_recognised(self) -> None:
         """A fork edit 3 lines above a hunk: the 3-way merge changes the commit's

@@ -297,19 +297,31 @@ def find_base(history: History, topic: Topic) -> Base:
                     "(git am -3)", False)
     if by_content.series is None:
         raise Refused(f"topic {topic.name} has no series for any base")
-    series = by_content.series
-    blobs = pristine_blobs(series)
-    known = [rel for rel, blob in blobs.items()
-             if git(checkout, "cat-file", "-e", blob, check=False).returncode == 0]
-    if len(known) == len(blobs):
-        return Base(series, f"{by_content.reason()}; {series.base}'s blobs are in this "
-                    "repository, so the series goes in with a 3-way merge (git am -3)", False)
+    # Otherwise a 3-way merge needs the pre-images: the closest base whose
+    # pristine blobs this repository has.
+    stored = stored_blobs(checkout, [blob for name in supported_bases(topic)
+                                     for blob in pristine_blobs(load_series(name, topic)).values()])
+    mergeable = [name for name in supported_bases(topic)
+                 if set(pristine_blobs(load_series(name, topic)).values()) <= stored]
+    if mergeable:
+        closest = identify(topic, history.head, among=mergeable)
+        assert closest.series is not None
+        return Base(closest.series, f"{closest.reason()}; {closest.series.base}'s blobs are "
+                    "in this repository, so the series goes in with a 3-way merge (git am -3)",
+                    False)
     raise Refused(
         "unknown base: the files the series touches match no supported base "
         f"({', '.join(supported_bases(topic))}): {by_content.reason()}; and the pre-images "
-        f"that a 3-way merge needs are not in this repository ({len(known)} of "
-        f"{len(blobs)} blobs known); check out a supported release first"
+        "that a 3-way merge needs are not in this repository; check out a supported "
+        "release first"
     )
+
+
+def stored_blobs(checkout: Path, blobs: List[str]) -> Set[str]:
+    """Which of `blobs` the repository's object store has (one git process)."""
+    listed = git(checkout, "cat-file", "--batch-check", input="".join(f"{b}\n" for b in blobs))
+    return {line.split()[0] for line in listed.stdout.splitlines()
+            if not line.endswith(" missing")}
 
 
 def seed_preimage_blobs(checkout: Path, series: Series) -> None:

@@ -296,6 +296,22 @@ already applied: all 2 patches are in HEAD's history; nothing to do
         self.assertEqual(code, 1)
         self.assertIn("is not a git work tree", output)
 
+    def test_a_history_that_never_held_a_base_uses_the_blobs_the_repository_has(self) -> None:
+        """An orphan branch whose touched files all differ from every base's,
+        in a repository that also holds v2.11.0 (bench/checkout_scale.py's
+        `before-release` branch): the 3-way merge's pre-images are there."""
+        checkout = make_checkout(self.tmp / "orphan", self.site)
+        checkout.git("checkout", "-q", "--orphan", "older")
+        for rel in TOUCHED:
+            (checkout.path / rel).write_bytes(checkout.read(rel) + b"\n# older\n")
+        checkout.git("add", "-A")
+        checkout.git("commit", "-q", "-m", "an older tree")
+        code, output = checkout.run(*ORIGINAL, "--status")
+        self.assertEqual(code, 0, output)
+        self.assertIn("base v2.11.0 (" + ", ".join(TOUCHED) + " differ from every base's "
+                      "(nearest by version: v2.11.0); v2.11.0's blobs are in this repository, "
+                      "so the series goes in with a 3-way merge (git am -3))", output)
+
     def test_refuses_an_unknown_base(self) -> None:
         checkout = make_checkout(self.tmp / "older", self.site)
         codecache = checkout.read("torch/_inductor/codecache.py")

@@ -55,6 +55,10 @@ BREAKS = [
           '    if False:\n        git(checkout, "update-ref", "--no-deref", "ORIG_HEAD"',
           "test_apply_checkout.py::ApplyCheckoutTest::"
           "test_refuses_a_conflict_naming_patch_file_and_line"),
+    Break("a checkout whose history held a base's files gets that base",
+          "torch_backport/checkout_mode.py", "    if floor:\n", "    if False:\n",
+          "test_apply_checkout.py::ApplyCheckoutTest::"
+          "test_every_touched_file_changed_since_the_release_still_finds_its_base"),
     Break("an overlay never replaces a directory holding files it did not write",
           "torch_backport/overlay.py", "    if foreign:\n", "    if False:\n",
           "test_apply_wheel.py::ApplyWheelTest::"

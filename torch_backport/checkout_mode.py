@@ -22,6 +22,7 @@ from torch_backport.fsio import step
 from torch_backport.series import (
     apply_each,
     identify,
+    Identified,
     load_series,
     Patch,
     pristine_blobs,
@@ -261,28 +262,15 @@ def identify_base(history: History, topic: Topic) -> Base:
 
 
 def find_base(history: History, topic: Topic) -> Base:
-    checkout = history.checkout
-    # Bases share patch subjects (one concern, one subject on every base),
-    # and some topics' patches have the same patch-id on several bases: the
-    # base whose pristine files lie below the series wins, then the one
-    # matched by patch-id over one matched by subject.
-    in_history = []
-    floor = history.floor_bases(topic)
-    for name in supported_bases(topic):
-        series = load_series(name, topic)
-        exact: List[str] = []
-        found = find_series_commits(history, series, exact)
-        count = sum(1 for commit in found.values() if commit)
-        if count:
-            in_history.append((name in floor, len(exact), count, series))
-    if in_history:
-        _, _, count, series = max(in_history, key=lambda found: found[:3])
-        return Base(series, f"{count} of {len(series.patches)} patches of its series "
-                    "are in HEAD's history", False)
+    """History first, then content, then the closest base a 3-way merge can use."""
+    found = base_in_history(history, topic)
+    if found is not None:
+        return found
     # Not in the history: the content answer is the series model's.
     by_content = identify(topic, history.head)
     if by_content.series is not None and by_content.how == "pristine":
         return Base(by_content.series, by_content.reason(), True)
+    floor = history.floor_bases(topic)
     if floor:
         # HEAD's history holds a base's pristine files (a release branch
         # with local changes on top): that base, with a 3-way merge.
@@ -297,10 +285,38 @@ def find_base(history: History, topic: Topic) -> Base:
                     "(git am -3)", False)
     if by_content.series is None:
         raise Refused(f"topic {topic.name} has no series for any base")
-    # Otherwise a 3-way merge needs the pre-images: the closest base whose
-    # pristine blobs this repository has.
-    stored = stored_blobs(checkout, [blob for name in supported_bases(topic)
-                                     for blob in pristine_blobs(load_series(name, topic)).values()])
+    return closest_mergeable_base(history, topic, by_content)
+
+
+def base_in_history(history: History, topic: Topic) -> Optional[Base]:
+    """The base whose series is (partly) in HEAD's history, if any.
+
+    Bases share patch subjects (one concern, one subject on every base),
+    and some topics' patches have the same patch-id on several bases: the
+    base whose pristine files lie below the series wins, then the one
+    matched by patch-id over one matched by subject."""
+    in_history = []
+    floor = history.floor_bases(topic)
+    for name in supported_bases(topic):
+        series = load_series(name, topic)
+        exact: List[str] = []
+        found = find_series_commits(history, series, exact)
+        count = sum(1 for commit in found.values() if commit)
+        if count:
+            in_history.append((name in floor, len(exact), count, series))
+    if not in_history:
+        return None
+    _, _, count, series = max(in_history, key=lambda found: found[:3])
+    return Base(series, f"{count} of {len(series.patches)} patches of its series "
+                "are in HEAD's history", False)
+
+
+def closest_mergeable_base(history: History, topic: Topic, by_content: Identified) -> Base:
+    """The closest base whose pristine blobs this repository has: a 3-way
+    merge needs the pre-images."""
+    stored = stored_blobs(history.checkout, [
+        blob for name in supported_bases(topic)
+        for blob in pristine_blobs(load_series(name, topic)).values()])
     mergeable = [name for name in supported_bases(topic)
                  if set(pristine_blobs(load_series(name, topic)).values()) <= stored]
     if mergeable:

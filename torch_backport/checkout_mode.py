@@ -314,11 +314,10 @@ def base_in_history(history: History, topic: Topic) -> Optional[Base]:
 def closest_mergeable_base(history: History, topic: Topic, by_content: Identified) -> Base:
     """The closest base whose pristine blobs this repository has: a 3-way
     merge needs the pre-images."""
-    stored = stored_blobs(history.checkout, [
-        blob for name in supported_bases(topic)
-        for blob in pristine_blobs(load_series(name, topic)).values()])
-    mergeable = [name for name in supported_bases(topic)
-                 if set(pristine_blobs(load_series(name, topic)).values()) <= stored]
+    pristine = {name: set(pristine_blobs(load_series(name, topic)).values())
+                for name in supported_bases(topic)}
+    stored = stored_blobs(history.checkout, sorted(set().union(*pristine.values())))
+    mergeable = [name for name, blobs in pristine.items() if blobs <= stored]
     if mergeable:
         closest = identify(topic, history.head, among=mergeable)
         assert closest.series is not None

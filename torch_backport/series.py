@@ -231,7 +231,6 @@ def select_topics(names: Optional[List[str]]) -> List[Topic]:
     return store().select(names)
 
 
-
 @dataclasses.dataclass
 class Series:
     base: str  # e.g. "v2.11.0"

@@ -49,6 +49,7 @@ from torch_backport.series import (
     topics,
 )
 
+
 @dataclasses.dataclass
 class Status:
     # pristine | patched | partial | outdated | patched-no-backups | modified |

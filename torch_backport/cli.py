@@ -210,6 +210,7 @@ class Request:
     out: Optional[str] = None
     lock: Optional[str] = None
     topics: List[str] = dataclasses.field(default_factory=list)
+    expect: Optional[str] = None
     helping: bool = False
 
 
@@ -221,6 +222,7 @@ NEEDS = {
     "--lock": "--lock needs a file name, e.g. dist/requirements.txt",
     "--topic": "--topic needs a topic name (or default, or all)",
     "--wheel": "--wheel needs a torch wheel file or torch==X",
+    "--expect": "--expect needs a state: --expect patched",
 }
 
 
@@ -261,6 +263,7 @@ def _parser() -> _Parser:
     parser.add_argument("--lock")
     parser.add_argument("--no-commit", action="store_true")
     parser.add_argument("--topic", dest="topics", action="append", default=[])
+    parser.add_argument("--expect")
     return parser
 
 
@@ -338,6 +341,11 @@ def check_mode_rules(request: Request) -> None:
                  (request.no_commit, "--no-commit goes with a CHECKOUT"),
                  (request.python is None, "say what to patch: --python PY or a CHECKOUT"),
                  (request.out is not None, "--out goes with --overlay")]
+    rules.insert(0, (request.expect is not None and request.expect != "patched",
+                     f"--expect {request.expect}: the one state to expect is `patched`"))
+    rules.insert(1, (request.expect is not None and (request.command != "status"
+                                                     or request.python is None),
+                     "--expect patched goes with --status on an install (--python PY)"))
     for broken, message in rules:
         if broken:
             raise UsageError(message)
@@ -448,7 +456,8 @@ def execute(request: Request) -> int:
     if request.command == "status" and request.check:
         raise UsageError("--status writes nothing; drop --check")
     return in_target(request.python, {"engine": "wheel", "command": request.command,
-                                      "check": request.check, "topics": request.topics})
+                                      "check": request.check, "topics": request.topics,
+                                      "expect": request.expect})
 
 
 # PyPA's wheel and packaging, for --wheel where python3 lacks them.
@@ -514,7 +523,8 @@ def engine(order: Dict[str, Any]) -> int:
         return driver.run(order["command"], names, order["check"], open_checkout(
             Path(order["checkout"]).resolve(), order["command"], not order["no_commit"]))
     from torch_backport.wheel_mode import open_install
-    return driver.run(order["command"], names, order["check"], open_install)
+    return driver.run(order["command"], names, order["check"], open_install,
+                      order.get("expect"))
 
 
 def apply_help() -> str:

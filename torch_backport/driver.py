@@ -97,6 +97,11 @@ class Mode:
     def after_plain_revert(self, chosen: List[Topic]) -> None:
         """Called after a revert without --topic of the topics `chosen`."""
 
+    def unexpected(self, topic: Topic) -> Optional[str]:
+        """Why `topic` is neither applied nor upstream's here (what --status
+        --expect patched refuses); None if it is."""
+        raise NotImplementedError
+
     def unapplied_defaults(self, chosen: List[Topic]) -> List[str]:
         """The default topics that are pristine, with a series here, while
         another default topic is applied: a partly applied target (--status
@@ -198,8 +203,18 @@ def execute_plans(mode: Mode, command: str, chosen: List[Topic], named: bool,
         raise
 
 
+def guard(mode: Mode, code: int) -> int:
+    """--status --expect patched: every default topic applied or upstream's."""
+    wrong = [reason for reason in map(mode.unexpected, select_topics(None)) if reason]
+    if wrong:
+        print(f"\nexpected patched: {'; '.join(wrong)}")
+        return max(code, 1)
+    print("\nexpected patched: every default topic is applied or upstream's")
+    return code
+
+
 def run(command: str, names: Optional[List[str]], check: bool,
-        open_mode: Callable[[List[Topic]], Mode]) -> int:
+        open_mode: Callable[[List[Topic]], Mode], expect: Optional[str] = None) -> int:
     """Run `command` (apply, revert, status) on the topics `names` selects
     in the target `open_mode` opens; print refusals and return the exit code."""
     opened: List[Mode] = []
@@ -211,7 +226,8 @@ def run(command: str, names: Optional[List[str]], check: bool,
         opened.append(mode)
         named = bool(names)
         if command == "status":
-            return show_status(mode, chosen, named)
+            code = show_status(mode, chosen, named)
+            return guard(mode, code) if expect == "patched" else code
         with mode.session():
             if len(chosen) > 1:
                 refuse_shared_files([series for series in map(mode.series_for, chosen)

@@ -10,11 +10,14 @@ from __future__ import annotations
 import dataclasses
 import textwrap
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from torch_backport.series import load_series, Refused, shown, store, supported_bases, Topic
 
 HAS_IT = "has it"  # the release has the topic's change upstream, and no series
+NOT_YET = "not yet"  # scripts/new-base stopped at a conflict: no series for it yet
+# Releases whose series scripts/new-base wrote and whose matrix has not passed.
+CANDIDATES = "candidates.tsv"
 TABLE_BEGIN = "<!-- supported-releases: made by scripts/update-docs from patches/*.tsv -->"
 TABLE_END = "<!-- end of supported-releases -->"
 
@@ -51,19 +54,51 @@ def served() -> List[Release]:
                           f"{len(header)}")
         release = Release(row[0], dict(zip(header[1:], row[1:])))
         for name, base in release.bases.items():
-            if base != HAS_IT and base not in supported_bases(known[name]):
+            if base not in (HAS_IT, NOT_YET) and base not in supported_bases(known[name]):
                 raise Refused(f"{shown(path)}: {release.version} names {base} for topic "
                               f"{name}, which has no series there")
         found.append(release)
     return found
 
 
+def candidates() -> List[str]:
+    """The releases of patches/candidates.tsv: series written by
+    scripts/new-base whose matrix has not passed yet."""
+    path = store().root / CANDIDATES
+    if not path.is_file():
+        return []
+    return [line.split("\t")[0] for line in path.read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
 def with_the_feature(topic: Topic) -> List[Release]:
     """The served releases that have `topic`'s feature and get fixes for it:
     those whose series does not add the feature."""
     return [release for release in served()
-            if release.bases.get(topic.name, HAS_IT) != HAS_IT
+            if release.bases.get(topic.name, HAS_IT) not in (HAS_IT, NOT_YET)
             and not load_series(release.bases[topic.name], topic).adds_feature]
+
+
+def nearest_row(version: str) -> "Release | None":
+    """The row of `version`, else of the newest listed release below it."""
+    from torch_backport.series import release_numbers
+    wanted = release_numbers(version)
+    below = [release for release in served() if release_numbers(release.version) <= wanted]
+    return max(below, key=lambda release: release_numbers(release.version), default=None)
+
+
+def known_defect(topic: Topic, version: str) -> Optional[str]:
+    """For a torch `version` that has `topic`'s change and whose files match
+    no series here: the releases on which this project knows the change to
+    be defective ("2.12.0 through 2.15.0"), if the nearest listed release at
+    or below it gets fixes for it; None where it has it upstream without fixes."""
+    fixed = [release.version for release in with_the_feature(topic)]
+    if not fixed:
+        return None
+    row = nearest_row(version)
+    if row is not None and row.bases.get(topic.name) == HAS_IT:
+        return None
+    return f"{fixed[0]} through {fixed[-1]}"
 
 
 def span(names: List[str]) -> str:
@@ -85,13 +120,17 @@ def help_topics() -> str:
 
 
 def help_releases() -> str:
-    return ", ".join(release.version for release in served())
+    pending = candidates()
+    return ", ".join(release.version + (" (candidate)" if release.version in pending else "")
+                     for release in served())
 
 
 def readme_cell(release: Release, topic: Topic) -> str:
     base = release.bases.get(topic.name, HAS_IT)
     if base == HAS_IT:
         return "has it upstream"
+    if base == NOT_YET:
+        return "not served yet (scripts/new-base stopped at a conflict)"
     series = load_series(base, topic)
     count = len(series.patches)
     if base != f"v{release.version}":
@@ -108,9 +147,12 @@ def readme_table() -> str:
     heads = [f"`{topic.name}`" + (" (opt-in)" if topic.applied == "opt-in" else "")
              for topic in every]
     rows = ["| release | " + " | ".join(heads) + " |", "|---" * (len(every) + 1) + "|"]
+    pending = candidates()
     for release in served():
         cells = [readme_cell(release, topic) for topic in every]
-        rows.append(f"| {release.version} | " + " | ".join(cells) + " |")
+        name = release.version + (" (candidate: matrix not passed yet)"
+                                  if release.version in pending else "")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join([TABLE_BEGIN, *rows, TABLE_END])
 
 

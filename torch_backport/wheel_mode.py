@@ -18,6 +18,7 @@ from typing import Any, ContextManager, Dict, List, Optional, Set, Tuple
 
 from torch_backport.driver import Mode, Plan, Say
 from torch_backport.fsio import atomic_write, locked
+from torch_backport.releases import known_defect
 from torch_backport.install import (
     BACKUPS,
     drop_state,
@@ -156,6 +157,8 @@ def inspect(install: Install) -> Status:
         # No series, or the wheel's own files but no base's: a release
         # without a series.
         state = "has-feature" if install.has_feature() else "unsupported"
+        if state == "has-feature" and known_defect(install.topic, install.version):
+            state = "unseen"
         return Status(state, install, None, [], manifest, identified)
     for rel in series.touched:
         if rel not in install.record:
@@ -308,12 +311,42 @@ def cmd_status(install: Install) -> int:
         "has-feature": f"has the feature: {install.topic.present}; nothing to apply"
         + no_fixes_note(status),
         "unsupported": f"unsupported: {unsupported_detail(status)}",
+        "unseen": unseen_message(status),
         "patched-wheel": "patched: installed from a patched wheel (built from "
         f"{built_from(install)}); --revert cannot undo it: install the stock wheel "
         f"({reinstall_command(install)})",
     }
     print(messages[status.state])
+    if status.state == "unseen":
+        return UNSEEN_EXIT
     return 0 if status.state in ("pristine", "patched", "has-feature", "patched-wheel") else 1
+
+
+# --status on a release this project has not seen, with a known defect: not
+# 0 (nothing is fixed), not 1 (nothing is broken in the install either).
+UNSEEN_EXIT = 3
+# What --status --expect patched accepts of a default topic.
+AS_EXPECTED = ("patched", "patched-wheel", "has-feature")
+
+
+def unseen_message(status: Status) -> str:
+    """A release with the feature whose files match no series here, on which
+    the results defect is to be expected: what is known, and what to do."""
+    install = status.install
+    found = status.identified
+    files = f" ({found.reason()})" if found is not None and found.series is not None else ""
+    return (
+        f"unseen: torch {install.version} has the feature ({install.topic.present}), but "
+        f"this version of torch-pregrad-backport has no series for its files{files}.\n"
+        f"The results defect is known on every release from "
+        f"{known_defect(install.topic, install.version)}, the newest tested: compile_fx on "
+        "a GraphModule with freezing, under the default or late timing, returns wrong "
+        "numbers (resnet50 off by up to 122; docs/results-fixes.md). Expect it here too.\n"
+        "What to do: a newer torch-pregrad-backport that lists this release; or, from a "
+        f"clone, scripts/new-base {'.'.join(map(str, release_numbers(install.version)))} "
+        f"--python {sys.executable} (docs/patch-contract.md, \"Day one of a new release\"); "
+        "until then torch._inductor.config.pre_grad_pass_timing = \"early\" avoids the "
+        "defect, at the cost of the warm-start savings.")
 
 
 def revert_flags(install: Install) -> str:
@@ -338,6 +371,15 @@ def unsupported_detail(status: Status) -> str:
     if found is not None and found.series is not None:
         detail += f" ({found.reason()})"
     return detail + "; supported bases: " + ", ".join(supported_bases(topic))
+
+
+def expectation(install: Install) -> Optional[str]:
+    """Why `install`'s topic is not as --status --expect patched requires
+    (applied, or upstream's); None if it is."""
+    state = inspect(install).state
+    if state in AS_EXPECTED:
+        return None
+    return f"{install.topic.name} is {state}"
 
 
 def not_available(install: Install, command: str) -> Optional[List[str]]:
@@ -428,6 +470,8 @@ def plan_series(status: Status, plan: Plan) -> None:
     if status.state in nothing_to_do:
         plan.say(nothing_to_do[status.state])
         return
+    if status.state == "unseen":
+        raise Refused(unseen_message(status) + "\nNothing was changed.")
     if status.state not in ("outdated", "partial"):
         refuse_unless_applicable(status)
     series = status.series
@@ -615,6 +659,9 @@ class InstallMode(Mode):
 
     def is_applied(self, topic: Topic) -> bool:
         return inspect(self.install.for_topic(topic)).state == "patched"
+
+    def unexpected(self, topic: Topic) -> Optional[str]:
+        return expectation(self.install.for_topic(topic))
 
     def unapplied_defaults(self, chosen: List[Topic]) -> List[str]:
         states = {}

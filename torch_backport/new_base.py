@@ -264,16 +264,16 @@ def candidate_bases(topic: Topic, files: ReleaseFiles) -> List[str]:
     return [base for base in supported_bases(topic) if base not in fixes]
 
 
-def nearest_base(topic: Topic, files: ReleaseFiles, among: List[str]) -> str:
-    """The base holding most of the release's touched files byte for byte;
-    then the nearest release below it, then above."""
+def nearest_bases(topic: Topic, files: ReleaseFiles, among: List[str]) -> List[str]:
+    """`among`, nearest first: the base holding most of the release's touched
+    files byte for byte; then the nearest release below it, then above."""
     def key(base: str) -> Tuple[int, Tuple[int, Tuple[int, ...]]]:
         series = load_series(base, topic)
         from torch_backport.series import pristine_blobs
         blobs = files.blobs(series.touched)
         same = sum(blobs[rel] == blob for rel, blob in pristine_blobs(series).items())
         return (-same, version_preference(base, files.version))
-    return sorted(among, key=key)[0]
+    return sorted(among, key=key)
 
 
 # --------------------------------------------------------------------------
@@ -474,7 +474,8 @@ def replay(topic: Topic, base: str, files: ReleaseFiles, request: Request,
         assert previous is not None
         conflict = describe_conflict(work, series, files.version)
         return conflict_outcome(topic, base, files, work, conflict,
-                                ["still stopped at this conflict (from an earlier run)"])
+                                ["still stopped at this conflict (from an earlier run)"],
+                                request.check)
     if resumable:
         assert previous is not None
         release_commit = str(previous["release_commit"])
@@ -494,7 +495,7 @@ def replay(topic: Topic, base: str, files: ReleaseFiles, request: Request,
         release_commit, hows, code = start_replay(work, series, base_files, files, stamp)
         if code != 0:
             conflict = describe_conflict(work, series, files.version)
-            return conflict_outcome(topic, base, files, work, conflict, lines)
+            return conflict_outcome(topic, base, files, work, conflict, lines, request.check)
     staging = staging_root / topic.name
     stage_series(work, release_commit, series, files, hows, staging)
     check_post_images(topic, staging, files)
@@ -528,15 +529,20 @@ def read_marker(work: Path) -> Optional[Dict[str, object]]:
 
 
 def conflict_outcome(topic: Topic, base: str, files: ReleaseFiles, work: Path,
-                     conflict: Conflict, before: List[str]) -> Outcome:
+                     conflict: Conflict, before: List[str], check: bool) -> Outcome:
     lines = before + [
         f"{topic.name}: {conflict.patch} of {base} does not merge onto torch "
         f"{files.version}'s files (3-way, {base}'s files as the ancestor):",
-        *conflict.lines,
-        f"  the scratch repository is stopped in git am at that patch: {work}",
-        f"  to finish: cd {work}; edit the file(s) above; git add them; git am --continue",
-        "  then run this command again: it writes the series you finished",
-        f"  topic {topic.name} is not written; its releases.tsv cell is '{NOT_YET}'"]
+        *conflict.lines]
+    if check:
+        lines.append("  a run without --check leaves a scratch repository stopped at this "
+                     "conflict, to finish with git am --continue")
+    else:
+        lines += [
+            f"  the scratch repository is stopped in git am at that patch: {work}",
+            f"  to finish: cd {work}; edit the file(s) above; git add them; git am --continue",
+            "  then run this command again: it writes the series you finished"]
+    lines.append(f"  topic {topic.name} is not written; its releases.tsv cell is '{NOT_YET}'")
     return Outcome(topic, NOT_YET, lines, conflict=True)
 
 
@@ -580,8 +586,30 @@ def outcome_for(topic: Topic, files: ReleaseFiles, request: Request, scratch_roo
     elif not among:
         return Outcome(topic, NOT_YET, [f"{topic.name}: no base's series fits"], conflict=True)
     else:
-        base = nearest_base(topic, files, among)
+        ranked = nearest_bases(topic, files, among)
+        outcome = replay(topic, ranked[0], files, request, scratch_root, staging_root)
+        if outcome.conflict:
+            outcome.lines += others_that_merge(topic, ranked[1:], files, request)
+        return outcome
     return replay(topic, base, files, request, scratch_root, staging_root)
+
+
+def others_that_merge(topic: Topic, others: List[str], files: ReleaseFiles,
+                      request: Request) -> List[str]:
+    """Where the nearest base's series stopped at a conflict: which other
+    bases' series merge cleanly (tried in a throw-away directory)."""
+    clean = []
+    for other in others:
+        with tempfile.TemporaryDirectory(prefix="pregrad-new-base-trial-") as tmp:
+            trial = replay(topic, other, files, request, Path(tmp) / "scratch",
+                           Path(tmp) / "staged")
+        if not trial.conflict:
+            clean.append(other)
+    if not clean:
+        return [f"  no other base's series of {topic.name} merges cleanly either"]
+    return [f"  {', '.join(clean)}: its series merges cleanly; `--from {clean[0]} --topic "
+            f"{topic.name}` writes it, but a clean merge is not proof: check that its "
+            "patches are the concerns this release needs (docs/patch-contract.md)"]
 
 
 def write_outcomes(request: Request, patches: Store, outcomes: List[Outcome]) -> List[str]:

@@ -34,7 +34,7 @@ PACKAGE = Path(__file__).resolve().parent
 LAUNCH = PACKAGE / "_launch.py"
 
 APPLY_HELP = """\
-Usage: scripts/apply.sh --python PY [--topic T]... [--check | --status | --revert [--check]]
+Usage: scripts/apply.sh --python PY [--topic T]... [--check | --status [--expect patched] | --revert [--check]]
        scripts/apply.sh CHECKOUT [--topic T]... [--check | --no-commit | --status | --revert [--check]]
        scripts/apply.sh --overlay BASE [--topic T]... [--python PY] [--out DIR]
        scripts/apply.sh --wheel IN --out DIR [--topic T]... [--check]
@@ -77,18 +77,31 @@ Installed wheel (the torch that interpreter PY imports):
                        @WITH_FEATURE@ have the feature and get their results
                        fixes; a torch with the feature whose files match no
                        series here (a vendor build) is reported and
-                       left alone; one without it whose files match no base
+                       left alone, unless the results defect is known on the
+                       releases around it: then it is "unseen" (a release
+                       this project has not seen: 2.16.0 before a series
+                       exists for it), refused with what is known and what
+                       to do (scripts/new-base). One without the feature
+                       whose files match no base
                        is refused, naming the files that differ. The run
                        refuses before writing if it could not write every
                        file (run it as the install's owner).
   --check              say what would happen; write nothing
   --status             pristine / patched / partly reverted by hand / patched
                        without backups / modified / outdated / interrupted /
-                       has the feature / unsupported, for every topic (exit 0
-                       when each is pristine, patched or has the feature; a
-                       topic other than pre-grad-pass-timing with no series
-                       for this release is "not available for this
-                       release", which is fine unless named with --topic)
+                       has the feature / unseen / unsupported, for every
+                       topic (exit 0 when each is pristine, patched or has
+                       the feature; 3 when a topic is unseen: a release with
+                       the feature, no series here and the results defect
+                       known on the releases around it; a topic other than
+                       pre-grad-pass-timing with no series for this release
+                       is "not available for this release", which is fine
+                       unless named with --topic)
+  --expect patched     with --status, the guard for images and CI: exit 1
+                       unless every default topic is applied (by apply.sh or
+                       a patched wheel) or upstream's. A stock install, an
+                       unseen release and a reinstall that put the stock
+                       files back all fail it.
   --revert             restore the originals, checked against RECORD again;
                        also finishes or rolls back an interrupted run
 
@@ -161,7 +174,8 @@ these arguments, and runs CHECKOUT mode and --overlay without --python).
 Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport)
 holds downloaded wheels (and the venv with PyPA's wheel for --wheel).
 Exit codes: 0 done or nothing to do; 1 refused or failed (nothing changed);
-2 usage error; 130 interrupted (Ctrl-C; --status tells where it stands).
+2 usage error; 3 --status on an unseen release (see --status); 130
+interrupted (Ctrl-C; --status tells where it stands).
 """  # noqa: E501  (the help is printed as written)
 
 BACKPORT_HELP = """\

@@ -11,9 +11,9 @@ import hashlib
 import json
 import unittest
 
-from fake_install import (AUTOCAST, AUTOCAST_BASES, BACKUPS, BASES, FAULT, InstallTestCase,
-                          MANIFEST, make_fake_install, REPO, source_python,
-                          STATE_DIRNAME, STOCK, TOUCHED, UPSTREAM)
+from fake_install import (AUTOCAST, AUTOCAST_BASES, BACKUPS, BASES, FAULT, INSTALLED,
+                          InstallTestCase, MANIFEST, make_fake_install, REPO, source_python,
+                          STATE_DIRNAME, STOCK, torch_site, TOUCHED, UPSTREAM)
 
 
 
@@ -240,28 +240,46 @@ applied 3 patches to 1 files; originals kept in <site>/.torch-pregrad-backport-a
         self.assertEqual(code, 0, output)
         self.assertEqual(install.snapshot(), before)
 
-    def test_release_with_the_feature_but_no_series_is_left_alone(self) -> None:
-        # As 2.15 would be: files of no release here, with the feature.
-        install = self.install(UPSTREAM, version="2.15.0",
+    def test_release_this_project_has_not_seen_is_refused_naming_the_defect(self) -> None:
+        # As 2.16.0 will be on the day it ships: files of no release here, with the feature.
+        install = self.install(UPSTREAM, version="2.16.0",
                                vendor_edits={TOUCHED[0]: b"# a later release\n",
                                              AUTOCAST: b"# a later release\n"})
         before = install.snapshot()
         code, output = install.run()
-        self.assertEqual(code, 0)
-        self.assertEqual(output, f"""\
-torch 2.15.0 in <site>
-torch._inductor.config.pre_grad_pass_timing already exists in this torch: it has the feature, nothing to do
-note: this project's results fixes (see README, patch ledger) exist only for the supported bases: {BASES}
-torch 2.15.0 in <site> (topic autocast-cache-key)
-not available for this release: topic autocast-cache-key has no series that matches these \
-files (torch/_functorch/_aot_autograd/autograd_cache.py differs from every base's (nearest \
-by version: v2.14.1)); supported bases: {AUTOCAST_BASES}; left alone
-""")
+        self.assertEqual(code, 1, output)
+        self.assertIn("error: unseen: torch 2.16.0 has the feature "
+                      "(torch._inductor.config.pre_grad_pass_timing already exists), but this "
+                      "version of torch-pregrad-backport has no series for its files", output)
+        self.assertIn("The results defect is known on every release from 2.12.0 through "
+                      "2.15.0, the newest tested", output)
+        self.assertIn("scripts/new-base 2.16.0 --python <python>", output)
+        self.assertIn("Nothing was changed.", output)
         self.assertEqual(install.snapshot(), before)
         code, output = install.run("--status")
-        self.assertEqual(code, 0, output)
+        self.assertEqual(code, 3, output)
+        self.assertIn("\nunseen: torch 2.16.0 has the feature", output)
         self.assertIn("(topic autocast-cache-key)\nnot available for this release:", output)
-        self.assertEqual(install.run("--status", "--topic", "autocast-cache-key")[0], 1)
+
+    def test_expect_patched_fails_after_a_reinstall(self) -> None:
+        """pip install --force-reinstall over a patched install puts the
+        wheel's files back and leaves the state directory: plain --status
+        says pristine (exit 0); the guard does not accept it."""
+        install = self.install()
+        self.assertEqual(install.run()[0], 0)
+        code, output = install.run("--status", "--expect", "patched")
+        self.assertEqual(code, 0, output)
+        self.assertIn("expected patched: every default topic is applied or upstream's", output)
+        stock = torch_site(source_python(STOCK))
+        for rel in INSTALLED:  # what the reinstall writes
+            install.path(rel).unlink()
+            install.path(rel).write_bytes((stock / rel).read_bytes())
+        code, output = install.run("--status")
+        self.assertEqual(code, 0, output)
+        code, output = install.run("--status", "--expect", "patched")
+        self.assertEqual(code, 1, output)
+        self.assertIn("expected patched: pre-grad-pass-timing is pristine; "
+                      "autocast-cache-key is pristine", output)
 
     def test_version_string_does_not_choose_the_series(self) -> None:
         """A build that calls itself 2.11.0 but holds 2.12.0's files gets
@@ -281,15 +299,16 @@ torch 2.11.0: the one file the series touches is byte-identical to v2.12.0's: ap
 check: the series applies cleanly; 1 file(s) would change, nothing was written
 """)
 
-    def test_vendor_build_that_has_the_feature_is_left_alone(self) -> None:
+    def test_vendor_build_that_has_the_feature_is_refused_as_unseen(self) -> None:
         """A vendor 2.11.0 build that cherry-picked the feature: its files are
-        no release's; decided by the code, not the version string."""
+        no release's, and upstream's feature carries the results defect;
+        decided by the code, not the version string."""
         install = self.install(UPSTREAM, version="2.11.0",
                                vendor_edits={TOUCHED[0]: b"# vendor build\n"})
         before = install.snapshot()
         code, output = install.run("--topic", "pre-grad-pass-timing")
-        self.assertEqual(code, 0)
-        self.assertIn("it has the feature, nothing to do", output)
+        self.assertEqual(code, 1, output)
+        self.assertIn("error: unseen: torch 2.11.0 has the feature", output)
         self.assertEqual(install.snapshot(), before)
 
     def test_files_of_no_base_are_refused_naming_the_files_that_differ(self) -> None:

@@ -56,6 +56,20 @@ class GeneratedDocsTest(ScratchTestCase):
         self.assertIn(f"Releases served: {RELEASES}, 2.16.0.", help_text(project))
         self.assertIn("2.12.0-2.16.0 have the feature", help_text(project))
 
+    def test_a_candidate_and_a_topic_not_served_yet_are_said(self) -> None:
+        """What scripts/new-base leaves: a row whose series awaits its matrix
+        (patches/candidates.tsv) and a topic stopped at a conflict."""
+        project = copy_project(self.tmp / "project")
+        shutil.copy2(REPO / "README.md", project / "README.md")
+        with open(project / "patches" / "releases.tsv", "a") as rows:
+            rows.write("2.16.0\tv2.14.1\thas it\tnot yet\n")
+        (project / "patches" / "candidates.tsv").write_text("# release\n2.16.0\n")
+        self.assertEqual(run(project, "update-docs").returncode, 0)
+        self.assertIn("| 2.16.0 (candidate: matrix not passed yet) | `v2.14.1`'s series (its "
+                      "files are 2.14.1's) | not served yet (scripts/new-base stopped at a "
+                      "conflict) | has it upstream |\n", (project / "README.md").read_text())
+        self.assertIn(f"Releases served: {RELEASES}, 2.16.0 (candidate).", help_text(project))
+
     def test_a_row_naming_a_base_without_a_series_is_named_and_help_still_prints(self) -> None:
         project = copy_project(self.tmp / "project")
         shutil.copy2(REPO / "README.md", project / "README.md")

@@ -89,6 +89,10 @@ class Mode:
         """Held around apply and revert (a lock, say)."""
         return contextlib.nullcontext()
 
+    def reading(self) -> ContextManager[None]:
+        """Held around --status: waits for a run that writes (a shared lock)."""
+        return contextlib.nullcontext()
+
     def is_applied(self, topic: Topic) -> bool:
         """Whether `topic` is applied, for taking back what a failed run
         applied; a mode that cannot take back answers False."""
@@ -226,8 +230,9 @@ def run(command: str, names: Optional[List[str]], check: bool,
         opened.append(mode)
         named = bool(names)
         if command == "status":
-            code = show_status(mode, chosen, named)
-            return guard(mode, code) if expect == "patched" else code
+            with mode.reading():
+                code = show_status(mode, chosen, named)
+                return guard(mode, code) if expect == "patched" else code
         with mode.session():
             if len(chosen) > 1:
                 refuse_shared_files([series for series in map(mode.series_for, chosen)

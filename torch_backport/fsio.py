@@ -52,16 +52,19 @@ def atomic_write(target: Path, data: bytes, mode: int) -> None:
 
 
 @contextlib.contextmanager
-def locked(directory: Path) -> Iterator[None]:
-    """One apply or revert at a time per directory: an flock on it."""
+def locked(directory: Path, shared: bool = False) -> Iterator[None]:
+    """One apply or revert at a time per directory: an flock on it. A reader
+    (--status, `shared`) waits for a writer and lets other readers in, so
+    it never sees a run half-way."""
     handle = os.open(directory, os.O_RDONLY)
+    kind = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     try:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle, kind | fcntl.LOCK_NB)
         except BlockingIOError:
             print(f"waiting for another apply.sh run on {directory} ...",
                   file=sys.stderr, flush=True)
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            fcntl.flock(handle, kind)
         yield
     finally:
         os.close(handle)

@@ -657,6 +657,9 @@ class InstallMode(Mode):
     def session(self) -> ContextManager[None]:
         return locked(self.install.site)
 
+    def reading(self) -> ContextManager[None]:
+        return locked(self.install.site, shared=True)
+
     def is_applied(self, topic: Topic) -> bool:
         return inspect(self.install.for_topic(topic)).state == "patched"
 

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,18 +38,48 @@ def step(what: object) -> None:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(what))
 
 
-def atomic_write(target: Path, data: bytes, mode: int) -> None:
-    """Write `data` to `target` so that a reader sees the old or the new
-    bytes, never part: a fsynced temporary file beside it, then a rename."""
-    tmp = target.with_name(f".{target.name}.pregrad-tmp")
+def temp_path(target: Path) -> Path:
+    """Where `target`'s next bytes wait before the rename that puts them in place."""
+    return target.with_name(f".{target.name}.pregrad-tmp")
+
+
+def write_temp(target: Path, data: bytes, mode: int) -> Path:
+    """`data`, fsynced, in `target`'s temporary file; its path."""
+    tmp = temp_path(target)
     step(tmp)
     with open(tmp, "wb") as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
     os.chmod(tmp, mode)
+    return tmp
+
+
+def atomic_write(target: Path, data: bytes, mode: int) -> None:
+    """Write `data` to `target` so that a reader sees the old or the new
+    bytes, never part: a fsynced temporary file beside it, then a rename."""
+    tmp = write_temp(target, data, mode)
     step(target)
     os.replace(tmp, target)
+
+
+def link_or_copy(source: Path, destination: Path) -> None:
+    """`destination` as another name of `source`'s file (no space used; the
+    files this project keeps are only ever replaced by rename, never written
+    in place), or a copy where a link cannot be made."""
+    step(destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    if destination.exists():
+        destination.unlink()
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copyfile(source, destination)
+
+
+def free_kb(path: Path) -> int:
+    found = os.statvfs(path)
+    return found.f_bavail * found.f_frsize // 1024
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from torch_backport.fsio import step
+from torch_backport.fsio import free_kb, link_or_copy, step, temp_path, write_temp
 from torch_backport.series import git_blob_id, primary_topic, Refused, Series, sha256_hex, Topic
 
 STATE_DIRNAME = ".torch-pregrad-backport"
@@ -173,32 +174,64 @@ def drop_state(install: Install) -> None:
 
 
 def remove_leftovers(install: Install) -> None:
-    """Directories that only a killed run leaves: a staging dir that was never
-    renamed into place, a trash dir that was not deleted."""
+    """What only a killed run leaves: a staging dir that was never renamed
+    into place, a trash dir that was not deleted, and the temporary copies
+    of the topic's files that were written before the staging dir was."""
+    from torch_backport.series import topic_files
     for leftover in (install.leftover("staging"), install.leftover("trash")):
         if leftover.exists():
             step(leftover)
             shutil.rmtree(leftover)
+    if not install.state_dir.exists():
+        remove_partial_writes(install, topic_files(install.topic))
 
 
 def remove_partial_writes(install: Install, paths: List[str]) -> None:
     """Temporary files that a killed atomic_write left beside its target."""
     for rel in paths:
-        tmp = install.path(rel).with_name(f".{install.path(rel).name}.pregrad-tmp")
+        tmp = temp_path(install.path(rel))
         if tmp.exists():
             step(tmp)
             tmp.unlink()
 
 
+APPLIED = "manifest.applied.json"  # the manifest once every file is in place
+
+
 def write_backups(install: Install, series: Series,
                   pristine: Dict[str, bytes], patched: Dict[str, bytes]) -> None:
-    """Write backups and manifest into a temporary dir, then rename it into place,
-    so the state dir is either complete or absent."""
+    """Everything an apply needs on disk before it replaces a file: the
+    backups (hard links to the installed files where those are the wheel's:
+    no space), the manifest as it is while applying and once applied, and
+    each patched file's fsynced temporary copy beside it. The state dir is
+    staged and renamed into place: complete or absent. A failure here (a
+    full disk) removes what it wrote; the install is as it was."""
     staging = install.leftover("staging")
+    try:
+        stage(install, series, pristine, patched, staging)
+        step(install.state_dir)
+        os.replace(staging, install.state_dir)
+    except BaseException as problem:
+        shutil.rmtree(staging, ignore_errors=True)
+        remove_partial_writes(install, series.touched)
+        if isinstance(problem, OSError) and problem.errno == errno.ENOSPC:
+            need = (sum(map(len, patched.values())) + 4096) // 1024 + 1
+            raise OSError(errno.ENOSPC, f"No space left on device: this apply needs about "
+                          f"{need} KB free in {install.site} ({free_kb(install.site)} KB "
+                          "are); nothing was changed", problem.filename) from None
+        raise
+
+
+def stage(install: Install, series: Series, pristine: Dict[str, bytes],
+          patched: Dict[str, bytes], staging: Path) -> None:
     for rel, data in pristine.items():
-        step(staging / BACKUPS / rel)
-        (staging / BACKUPS / rel).parent.mkdir(parents=True, exist_ok=True)
-        (staging / BACKUPS / rel).write_bytes(data)
+        source = install.path(rel)
+        if source.is_file() and source.read_bytes() == data:
+            link_or_copy(source, staging / BACKUPS / rel)
+        else:  # an earlier series' backup: the installed file is not the wheel's
+            step(staging / BACKUPS / rel)
+            (staging / BACKUPS / rel).parent.mkdir(parents=True, exist_ok=True)
+            (staging / BACKUPS / rel).write_bytes(data)
     manifest = {
         "state": "applying",
         "torch": install.version,
@@ -210,5 +243,7 @@ def write_backups(install: Install, series: Series,
     }
     step(staging / MANIFEST)
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
-    step(install.state_dir)
-    os.replace(staging, install.state_dir)
+    step(staging / APPLIED)
+    (staging / APPLIED).write_text(json.dumps(dict(manifest, state="applied"), indent=2))
+    for rel in series.touched:
+        write_temp(install.path(rel), patched[rel], install.path(rel).stat().st_mode & 0o7777)

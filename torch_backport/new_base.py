@@ -226,9 +226,9 @@ def base_pristine(series: Series, request: Request) -> Dict[str, bytes]:
     found = wheel_files(version, list(wanted), cache_dir())
     for rel, digest in wanted.items():
         if rel not in found.files or sha256_hex(found.files[rel]) != digest:
-            raise Refused(f"{found.source}: {rel} is not the file {shown(series.directory)}"
-                          "/pristine.tsv names" + ("; also tried: " + "; ".join(tried)
-                                                    if tried else ""))
+            also = "; also tried: " + "; ".join(tried) if tried else ""
+            raise Refused(f"{found.source}: {rel} is not the file "
+                          f"{shown(series.directory)}/pristine.tsv names{also}")
     return {rel: found.files[rel] for rel in wanted}
 
 

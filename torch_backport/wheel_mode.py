@@ -11,15 +11,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, ContextManager, Dict, List, Optional, Set, Tuple
 
 from torch_backport.driver import Mode, Plan, Say
-from torch_backport.fsio import atomic_write, locked
+from torch_backport.fsio import atomic_write, link_or_copy, locked, step, temp_path
 from torch_backport.releases import known_defect
 from torch_backport.install import (
+    APPLIED,
     BACKUPS,
     drop_state,
     find_install,
@@ -218,7 +218,12 @@ def restore_pristine(install: Install, manifest: Manifest) -> List[str]:
                 f"the backup of {rel} in {backups} does not match torch's RECORD; "
                 f"reinstall torch ({reinstall_command(install)})"
             )
-        atomic_write(target, data, manifest["modes"].get(rel, 0o644))
+        # The backup's own file, by link and rename: no space needed, so a
+        # full disk cannot stop a rollback.
+        link_or_copy(backup, temp_path(target))
+        os.chmod(temp_path(target), manifest["modes"].get(rel, 0o644))
+        step(target)
+        os.replace(temp_path(target), target)
         restored.append(rel)
     return restored
 
@@ -522,21 +527,17 @@ def write_series(status: Status, pristine: Dict[str, bytes], patched: Dict[str, 
     elif status.manifest is not None:
         drop_state(install)  # left by an earlier install of torch that was replaced
     remove_leftovers(install)
-    try:
-        write_backups(install, series, pristine, patched)
-    except BaseException:
-        shutil.rmtree(install.leftover("staging"), ignore_errors=True)
-        raise
+    remove_partial_writes(install, series.touched)
+    write_backups(install, series, pristine, patched)
+    # Only renames from here: a full disk cannot stop them part-way, and the
+    # rollback below puts the backups back by rename too.
     try:
         for rel in series.touched:
-            atomic_write(install.path(rel), patched[rel],
-                         install.path(rel).stat().st_mode & 0o7777)
+            step(install.path(rel))
+            os.replace(temp_path(install.path(rel)), install.path(rel))
             say(f"  patched {rel}")
-        manifest = read_manifest(install)
-        assert manifest is not None
-        manifest["state"] = "applied"
-        atomic_write(install.manifest_path,
-                     json.dumps(manifest, indent=2).encode(), 0o644)
+        step(install.manifest_path)
+        os.replace(install.state_dir / APPLIED, install.manifest_path)
     except BaseException:
         manifest = read_manifest(install)
         assert manifest is not None

@@ -11,10 +11,9 @@ import hashlib
 import json
 import unittest
 
-from fake_install import (AUTOCAST, AUTOCAST_BASES, BACKUPS, BASES, FAULT, INSTALLED,
+from fake_install import (AUTOCAST, BACKUPS, BASES, FAULT, INSTALLED,
                           InstallTestCase, MANIFEST, make_fake_install, REPO, source_python,
                           STATE_DIRNAME, STOCK, torch_site, TOUCHED, UPSTREAM)
-
 
 
 class ApplyWheelTest(InstallTestCase):
@@ -327,7 +326,9 @@ differs) (supported: {BASES}); nothing was changed
 
     def test_interrupted_apply_is_finished_by_the_next_apply(self) -> None:
         install = self.install()
-        code, _ = install.run(env={FAULT: "kill:9"})
+        # Steps 0-11 stage backups, manifests and temporary copies; 12 renames
+        # the state dir into place; 13 on put the patched files in place.
+        code, _ = install.run(env={FAULT: "kill:14"})
         self.assertEqual(code, 137)
         code, output = install.run()
         self.assertEqual(code, 0, output)

@@ -30,6 +30,11 @@ PATCH_COUNT = sum(len(model.load_series("v2.11.0", topic).patches)
                   for topic in model.select_topics(None))  # far above any command's step count: a walk that reaches it is a bug
 
 
+def free_bytes(path: Path) -> int:
+    found = os.statvfs(path)
+    return found.f_bavail * found.f_frsize
+
+
 def tree(directory: Path) -> dict[str, bytes]:
     return {str(p.relative_to(directory)): p.read_bytes()
             for p in sorted(directory.rglob("*")) if p.is_file()}
@@ -130,6 +135,43 @@ class FaultInjectionTest(ScratchTestCase):
             self.assertIn("No space left on device", output, where)
             self.assertNotIn("Traceback", output, where)
             self.assert_like(install, self.pristine, where)
+
+    def test_a_real_full_disk_at_every_free_space_value_changes_nothing(self) -> None:
+        """A tmpfs that really runs out, mid-write: from nothing free to more
+        than an apply needs, in 16 KB steps. Each apply completes, or exits 1
+        naming the path and the space it needed, with the install byte for
+        byte as it was (a rollback needs no space: the backups are links)."""
+        small = self.tmp / "small"
+        small.mkdir()
+        mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(small)],
+                               capture_output=True, text=True)
+        if mount.returncode != 0:
+            self.skipTest(f"mounting a tmpfs needs root: {mount.stderr.strip()}")
+        self.addCleanup(subprocess.run, ["umount", "-l", str(small)])
+        install = make_fake_install(small / "install", source_python(STOCK))
+        pristine = install.snapshot()
+        needed = sum(len(self.patched[rel]) for rel in self.patched
+                     if rel.startswith("torch/")) // 1024
+        outcomes = []
+        for free in range(0, needed + 64, 16):
+            filler = small / "filler"
+            with open(filler, "wb") as handle:
+                handle.write(b"\0" * max(0, free_bytes(small) - free * 1024))
+            code, output = install.run()
+            filler.unlink()
+            where = f"apply with {free} KB free"
+            if code == 0:
+                outcomes.append("applied")
+                self.assertEqual(install.run("--revert")[0], 0, where)
+            else:
+                outcomes.append("refused")
+                self.assertEqual(code, 1, f"{where}: {output}")
+                self.assertIn("No space left on device: this apply needs about", output, where)
+                self.assertIn("nothing was changed", output, where)
+                self.assertNotIn("Traceback", output, where)
+            self.assert_like(install, pristine, where)
+        self.assertEqual(outcomes[0], "refused")
+        self.assertEqual(outcomes[-1], "applied")
 
     def test_disk_full_at_every_step_of_revert_is_finished_by_a_rerun(self) -> None:
         for index, install, code, output in self.walk(

@@ -16,8 +16,10 @@ import base64
 import dataclasses
 import errno
 import hashlib
+import importlib.util
 import json
 import os
+import py_compile
 import shutil
 import sys
 import zipfile
@@ -104,6 +106,61 @@ class Install:
         path = self.path(rel)
         return (not path.is_symlink() and path.is_file()
                 and record_digest(path.read_bytes()) == self.record.get(rel))
+
+
+def refresh_bytecode(install: Install, rel: str) -> None:
+    """After `rel`'s source changed: the .pyc this interpreter loads is
+    compiled again in the invalidation mode it had (an unchecked-hash .pyc
+    would otherwise keep running the old code, as in reproducible images),
+    and other interpreters' .pyc of it are removed. Never raises: a .pyc it
+    cannot write is removed, one it cannot remove --status reports."""
+    source = install.path(rel)
+    mine = Path(importlib.util.cache_from_source(str(source)))
+    for pyc in sorted(source.parent.glob(f"__pycache__/{source.stem}.*.pyc")):
+        mode = invalidation_mode(pyc) if pyc == mine else None
+        try:
+            step(pyc)
+            if mode is None:
+                pyc.unlink()
+            else:
+                py_compile.compile(str(source), cfile=str(pyc), doraise=True,
+                                   invalidation_mode=mode)
+        except (OSError, py_compile.PyCompileError):
+            try:
+                pyc.unlink()
+            except OSError:
+                pass
+
+
+def invalidation_mode(pyc: Path) -> Optional[py_compile.PycInvalidationMode]:
+    """How Python checks `pyc` against its source (PEP 552); None if it is
+    not this interpreter's."""
+    try:
+        header = pyc.read_bytes()[:16]
+    except OSError:
+        return None
+    if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+        return None
+    flags = int.from_bytes(header[4:8], "little")
+    if not flags & 1:
+        return py_compile.PycInvalidationMode.TIMESTAMP
+    if flags & 2:
+        return py_compile.PycInvalidationMode.CHECKED_HASH
+    return py_compile.PycInvalidationMode.UNCHECKED_HASH
+
+
+def stale_bytecode(install: Install, rel: str) -> Optional[str]:
+    """Why Python would run other code than `rel` holds: an unchecked-hash
+    .pyc of other source; None if it runs the file."""
+    source = install.path(rel)
+    pyc = Path(importlib.util.cache_from_source(str(source)))
+    if invalidation_mode(pyc) != py_compile.PycInvalidationMode.UNCHECKED_HASH:
+        return None
+    if not source.is_file() or pyc.read_bytes()[8:16] == importlib.util.source_hash(
+            source.read_bytes()):
+        return None
+    return (f"{pyc.relative_to(install.site)} is an unchecked-hash .pyc of other source: "
+            f"Python runs it, not {rel}")
 
 
 def record_of(dist: metadata.Distribution) -> Dict[str, str]:

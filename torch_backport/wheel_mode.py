@@ -20,6 +20,8 @@ from torch_backport.fsio import atomic_write, link_or_copy, locked, step, temp_p
 from torch_backport.releases import known_defect
 from torch_backport.install import (
     APPLIED,
+    refresh_bytecode,
+    stale_bytecode,
     BACKUPS,
     drop_state,
     find_install,
@@ -224,6 +226,7 @@ def restore_pristine(install: Install, manifest: Manifest) -> List[str]:
         os.chmod(temp_path(target), manifest["modes"].get(rel, 0o644))
         step(target)
         os.replace(temp_path(target), target)
+        refresh_bytecode(install, rel)
         restored.append(rel)
     return restored
 
@@ -322,6 +325,17 @@ def cmd_status(install: Install) -> int:
         f"({reinstall_command(install)})",
     }
     print(messages[status.state])
+    stale = [why for why in (stale_bytecode(install, rel) for rel in (
+        status.series.touched if status.series else [])) if why]
+    if stale:
+        print("stale bytecode: a new process would not run the files above:\n"
+              + "\n".join(f"  {why}" for why in stale)
+              + "\nremove those .pyc files (Python writes them anew), or compile them "
+              f"again from the files on disk: {sys.executable} -m compileall "
+              "--invalidation-mode unchecked-hash " + " ".join(
+                  str(install.path(rel)) for rel in (status.series.touched
+                                                     if status.series else [])))
+        return 1
     if status.state == "unseen":
         return UNSEEN_EXIT
     return 0 if status.state in ("pristine", "patched", "has-feature", "patched-wheel") else 1
@@ -508,6 +522,7 @@ def patch_again(install: Install, todo: List[str], patched: Dict[str, bytes],
     """Patch again the files of a partly reverted install that were reverted by hand."""
     for rel in todo:
         atomic_write(install.path(rel), patched[rel], install.path(rel).stat().st_mode & 0o7777)
+        refresh_bytecode(install, rel)
         say(f"  patched {rel} again")
     say(f"applied: {len(todo)} file(s) that were reverted by hand are patched again")
 
@@ -535,6 +550,7 @@ def write_series(status: Status, pristine: Dict[str, bytes], patched: Dict[str, 
         for rel in series.touched:
             step(install.path(rel))
             os.replace(temp_path(install.path(rel)), install.path(rel))
+            refresh_bytecode(install, rel)
             say(f"  patched {rel}")
         step(install.manifest_path)
         os.replace(install.state_dir / APPLIED, install.manifest_path)

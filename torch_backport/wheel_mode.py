@@ -392,6 +392,39 @@ def unsupported_detail(status: Status) -> str:
     return detail + "; supported bases: " + ", ".join(supported_bases(topic))
 
 
+def processes_using(install: Install) -> List[Tuple[int, str]]:
+    """(pid, command line) of the other processes that have this install's
+    torch loaded (Linux: /proc/*/maps names its torch/lib/libtorch*); those
+    this user may not read are not seen."""
+    lib = f"{install.site / 'torch' / 'lib'}/libtorch"
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        if proc.name == str(os.getpid()):
+            continue
+        try:
+            with open(proc / "maps", errors="replace") as maps:
+                if not any(lib in line for line in maps):
+                    continue
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace").strip()
+        except OSError:
+            continue
+        found.append((int(proc.name), command))
+    return sorted(found)
+
+
+def running_note(install: Install) -> List[str]:
+    """What a run that writes says of processes running this torch."""
+    running = processes_using(install)
+    if not running:
+        return []
+    return ([f"note: {len(running)} running process(es) have this torch loaded; they keep "
+             "the code they imported. One that imported torch._inductor before this run may "
+             "fail on its next compile (e.g. AttributeError: torch._inductor.config."
+             "pre_grad_pass_timing does not exist): restart them:"]
+            + [f"  pid {pid}: {' '.join(command.split())[:200]}" for pid, command in running])
+
+
 def expectation(install: Install) -> Optional[str]:
     """Why `install`'s topic is not as --status --expect patched requires
     (applied, or upstream's); None if it is."""
@@ -657,6 +690,7 @@ class InstallMode(Mode):
 
     def __init__(self, install: Install) -> None:
         self.install = install
+        self.warned = False  # about running processes: once a run
 
     def status(self, topic: Topic) -> int:
         return cmd_status(self.install.for_topic(topic))
@@ -664,6 +698,9 @@ class InstallMode(Mode):
     def plan(self, command: str, topic: Topic, plan: Plan) -> None:
         planner = plan_apply if command == "apply" else plan_revert
         planner(self.install.for_topic(topic), plan)
+        if plan.writes is not None and not self.warned:
+            self.warned = True
+            plan.said += running_note(self.install)
 
     def not_available(self, command: str, topic: Topic) -> Optional[List[str]]:
         return not_available(self.install.for_topic(topic), command)

@@ -30,6 +30,13 @@ def load_package() -> None:
 
 
 if __name__ == "__main__":
-    load_package()
-    from torch_backport import cli
-    sys.exit(cli.launched(sys.argv[1:]))
+    try:
+        load_package()
+        from torch_backport import cli
+        sys.exit(cli.launched(sys.argv[1:]))
+    except KeyboardInterrupt:
+        # Before the command's own handler is in place (the first second),
+        # or where a mode has none: one line, not a traceback.
+        print("interrupted (Ctrl-C); --status tells where the target stands",
+              file=sys.stderr)
+        sys.exit(130)

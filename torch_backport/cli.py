@@ -367,6 +367,8 @@ def check_mode_rules(request: Request) -> None:
 
 def require_python(python: str) -> None:
     """A Python >= 3.9 that runs, or Failed naming it."""
+    if not python.strip():
+        raise UsageError("--python needs an interpreter; it was given an empty name")
     # Python 2 must be able to parse this line too.
     probe = ('import sys; print("ok" if sys.version_info >= (3, 9) '
              'else "old %d.%d" % sys.version_info[:2])')
@@ -461,6 +463,9 @@ def execute(request: Request) -> int:
     if request.checkout is not None:
         if not os.path.exists(request.checkout):
             raise Failed(f"{request.checkout} does not exist")
+        if os.path.isfile(request.checkout) and os.access(request.checkout, os.X_OK):
+            raise Failed(f"{request.checkout} is a program, not a PyTorch checkout; to patch "
+                         f"the torch of a Python interpreter, say --python {request.checkout}")
         return engine({"engine": "checkout", "command": request.command,
                        "checkout": request.checkout, "check": request.check,
                        "no_commit": request.no_commit, "topics": request.topics})
@@ -536,7 +541,10 @@ def engine(order: Dict[str, Any]) -> int:
         from torch_backport.checkout_mode import open_checkout
         return driver.run(order["command"], names, order["check"], open_checkout(
             Path(order["checkout"]).resolve(), order["command"], not order["no_commit"]))
-    from torch_backport.wheel_mode import open_install
+    from torch_backport.wheel_mode import open_install, without_torch
+    leftover = without_torch(order["command"], order["check"])
+    if leftover is not None:
+        return leftover
     return driver.run(order["command"], names, order["check"], open_install,
                       order.get("expect"))
 
@@ -620,7 +628,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return backport_usage_error(f"unknown command: {args[0]} (the one command is `apply`)")
     note = (f"torch-backport apply ARGS is scripts/apply.sh ARGS, adding --python "
             f"{sys.executable} when ARGS have no --python, CHECKOUT, --overlay or --wheel.")
-    return run_apply(args[1:], prog_note=note, default_python=sys.executable)
+    try:
+        return run_apply(args[1:], prog_note=note, default_python=sys.executable)
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C); --status tells where the target stands", file=sys.stderr)
+        return 130
 
 
 def launched(argv: List[str]) -> int:

@@ -38,6 +38,21 @@ def step(what: object) -> None:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(what))
 
 
+def own_like(path: Path, reference: Path) -> None:
+    """Root writing into another user's install: give `path` the owner of
+    `reference`, so that the owner can still revert. A file with other
+    hard links (shared with another install or a cache) is left as it is."""
+    if os.geteuid() != 0:
+        return
+    wanted = reference.stat()
+    found = path.lstat()
+    if (found.st_uid, found.st_gid) == (wanted.st_uid, wanted.st_gid):
+        return
+    if not path.is_dir() and found.st_nlink > 1:
+        return
+    os.chown(path, wanted.st_uid, wanted.st_gid, follow_symlinks=False)
+
+
 def temp_path(target: Path) -> Path:
     """Where `target`'s next bytes wait before the rename that puts them in place."""
     return target.with_name(f".{target.name}.pregrad-tmp")
@@ -52,6 +67,7 @@ def write_temp(target: Path, data: bytes, mode: int) -> Path:
         handle.flush()
         os.fsync(handle.fileno())
     os.chmod(tmp, mode)
+    own_like(tmp, target if target.exists() else target.parent)
     return tmp
 
 
@@ -75,6 +91,7 @@ def link_or_copy(source: Path, destination: Path) -> None:
         os.link(source, destination)
     except OSError:
         shutil.copyfile(source, destination)
+        own_like(destination, source)
 
 
 def free_kb(path: Path) -> int:

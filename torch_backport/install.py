@@ -27,7 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from torch_backport.fsio import free_kb, link_or_copy, step, temp_path, write_temp
+from torch_backport.fsio import free_kb, link_or_copy, own_like, step, temp_path, write_temp
 from torch_backport.series import git_blob_id, primary_topic, Refused, Series, sha256_hex, Topic
 
 STATE_DIRNAME = ".torch-pregrad-backport"
@@ -125,6 +125,7 @@ def refresh_bytecode(install: Install, rel: str) -> None:
             else:
                 py_compile.compile(str(source), cfile=str(pyc), doraise=True,
                                    invalidation_mode=mode)
+                own_like(pyc, source)
         except (OSError, py_compile.PyCompileError):
             try:
                 pyc.unlink()
@@ -302,5 +303,7 @@ def stage(install: Install, series: Series, pristine: Dict[str, bytes],
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
     step(staging / APPLIED)
     (staging / APPLIED).write_text(json.dumps(dict(manifest, state="applied"), indent=2))
+    for made in [staging, *staging.rglob("*")]:
+        own_like(made, install.site)
     for rel in series.touched:
         write_temp(install.path(rel), patched[rel], install.path(rel).stat().st_mode & 0o7777)

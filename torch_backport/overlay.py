@@ -58,7 +58,10 @@ def pristine_from_install(series: Series) -> Dict[str, bytes]:
         else:
             raise Refused(f"torch in {install.site}: {rel} is neither the wheel's nor backed "
                           "up by this project; need pristine or patched files")
-    found = identify(series.topic, {rel: git_blob_id(data) for rel, data in files.items()},
+    # Every file of the topic, not only this series': a release whose
+    # files are another base's is named as that base.
+    found = identify(series.topic, {**{rel: install.blob(rel) for rel in topic_files(series.topic)},
+                                    **{rel: git_blob_id(data) for rel, data in files.items()}},
                      install.version)
     if found.series is None or found.how != "pristine" or found.series.base != series.base:
         what = (f"the files of {found.series.base}" if found.series is not None

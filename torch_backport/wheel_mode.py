@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, ContextManager, Dict, List, Optional, Set, Tuple
@@ -20,6 +21,8 @@ from torch_backport.fsio import atomic_write, link_or_copy, locked, step, temp_p
 from torch_backport.releases import known_defect
 from torch_backport.install import (
     APPLIED,
+    MANIFEST,
+    STATE_DIRNAME,
     refresh_bytecode,
     stale_bytecode,
     BACKUPS,
@@ -278,11 +281,15 @@ def unwritable(install: Install, series: Series) -> List[str]:
 
 def refuse_unwritable(install: Install, series: Series) -> None:
     blocked = unwritable(install, series)
-    if blocked:
-        raise Refused(
-            "cannot write to:\n" + "\n".join(f"  {d}" for d in blocked)
-            + f"\nrun as the owner of the install ({owner_of(install.site)}); "
-            "nothing was changed")
+    if not blocked:
+        return
+    if os.statvfs(install.site).f_flag & os.ST_RDONLY:
+        raise Refused(f"{install.site} is on a read-only filesystem; patch the image where "
+                      "it is built, or mount it read-write; nothing was changed")
+    raise Refused(
+        "cannot write to:\n" + "\n".join(f"  {d}" for d in blocked)
+        + f"\nrun as the owner of the install ({owner_of(install.site)}); "
+        "nothing was changed")
 
 
 def owner_of(path: Path) -> str:
@@ -325,6 +332,11 @@ def cmd_status(install: Install) -> int:
         f"({reinstall_command(install)})",
     }
     print(messages[status.state])
+    earlier = (status.manifest or {}).get("torch")
+    if earlier and earlier != install.version and status.state != "interrupted":
+        print(f"note: {install.state_dir} is left from torch {earlier} (base "
+              f"{(status.manifest or {}).get('base')}), which another install of torch "
+              "replaced; --revert removes it")
     stale = [why for why in (stale_bytecode(install, rel) for rel in (
         status.series.touched if status.series else [])) if why]
     if stale:
@@ -643,8 +655,9 @@ def refuse_unless_revertible(status: Status) -> None:
     if status.state == "modified":
         what = ("files changed after the series was applied, so nothing was reverted"
                 if status.manifest is not None else
-                "nothing to revert: the series was not applied by this script (no "
-                f"backups in {install.state_dir}), and files differ from torch's RECORD")
+                "refused: files differ from torch's RECORD, and the series was not "
+                f"applied by this script (no backups in {install.state_dir}), so it has no "
+                "originals to put back")
         raise Refused(f"{what}:\n" + describe_files(status)
                       + f"\nreinstall torch ({reinstall_command(install)}"
                       ") to get the wheel's files back")
@@ -752,6 +765,58 @@ class InstallMode(Mode):
                 "interrupted": "the run stopped part-way: rerun once the cause is "
                 "fixed, or --revert, to finish or roll it back"}.get(
                     state, f"the install is {state}: see --status")
+
+
+def orphans() -> List[Path]:
+    """This project's state directories in this interpreter's site-packages."""
+    import sysconfig
+    sites = {Path(sysconfig.get_paths()[kind]) for kind in ("purelib", "platlib")}
+    return sorted(path for site in sites if site.is_dir()
+                  for path in site.glob(f"{STATE_DIRNAME}*") if path.is_dir())
+
+
+def describe_state(path: Path) -> str:
+    """What a state directory belonged to, and its size."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+        what = f"torch {manifest.get('torch')}, base {manifest.get('base')}"
+    except (OSError, ValueError):
+        what = "no readable manifest"
+    size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+    return f"{what}, {(size + 1023) // 1024} KB"
+
+
+def without_torch(command: str, check: bool) -> Optional[int]:
+    """An interpreter without torch whose site-packages holds this project's
+    state (torch was uninstalled while patched): --status names it and the
+    command that removes it; --revert removes it and nothing else. None
+    where torch is installed or nothing is left."""
+    from importlib import metadata
+    try:
+        metadata.distribution("torch")
+        return None
+    except metadata.PackageNotFoundError:
+        pass
+    found = orphans()
+    if not found:
+        return None
+    if command == "revert":
+        for path in found:
+            print(f"{'would remove' if check else 'removed'} {path} ({describe_state(path)})")
+            if not check:
+                trash = path.with_name(path.name + ".trash-orphan")
+                os.replace(path, trash)
+                shutil.rmtree(trash)
+        print(f"{sys.executable} has no torch installed; "
+              + ("nothing was written" if check else
+                 "this project's leftover state is removed"))
+        return 0
+    print(f"{sys.executable} has no torch installed, but site-packages holds this project's "
+          "state from a torch that was uninstalled while patched:")
+    for path in found:
+        print(f"  {path} ({describe_state(path)})")
+    print(f"remove it (and nothing else) with: --python {sys.executable} --revert")
+    return 1
 
 
 def open_install(chosen: List[Topic]) -> InstallMode:

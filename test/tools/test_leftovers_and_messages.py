@@ -1,0 +1,148 @@
+"""Leftover state and the messages a new user met (issue 29): state left by
+a torch uninstalled or replaced while patched is named with the command that
+removes it; root keeps the owner's ownership; each wrong invocation says
+what happened and what to do."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+import unittest
+from pathlib import Path
+
+from fake_install import (APPLY, FakeInstall, InstallTestCase, make_fake_install,
+                          source_python, STATE_DIRNAME, STOCK, TOUCHED, UPSTREAM)
+
+NOBODY = 65534
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = subprocess.run([str(APPLY), *args], capture_output=True, text=True)
+    return result.returncode, result.stdout + result.stderr
+
+
+def uninstall_torch(install: FakeInstall) -> None:
+    """What `pip uninstall torch` does: the RECORD's files go, this project's
+    state directories (not in the RECORD) stay."""
+    shutil.rmtree(install.site / "torch")
+    for dist_info in install.site.glob("torch-*.dist-info"):
+        shutil.rmtree(dist_info)
+
+
+class LeftoversTest(InstallTestCase):
+    def test_state_left_by_an_uninstalled_torch_is_named_and_removed(self) -> None:
+        install = self.install()
+        self.assertEqual(install.run()[0], 0)
+        uninstall_torch(install)
+        code, output = install.run("--status")
+        self.assertEqual(code, 1, output)
+        self.assertIn("<python> has no torch installed, but site-packages holds this "
+                      "project's state from a torch that was uninstalled while patched:",
+                      output)
+        self.assertIn(f"  <site>/{STATE_DIRNAME} (torch 2.11.0, base v2.11.0, ", output)
+        self.assertIn(f"  <site>/{STATE_DIRNAME}-autocast-cache-key (torch 2.11.0, base "
+                      "v2.11.0, ", output)
+        self.assertIn("remove it (and nothing else) with: --python <python> --revert", output)
+        others = sorted(p.name for p in install.site.iterdir() if STATE_DIRNAME not in p.name)
+        code, output = install.run("--revert")
+        self.assertEqual(code, 0, output)
+        self.assertEqual(sorted(p.name for p in install.site.iterdir()), others)
+        code, output = install.run("--status")
+        self.assertEqual(code, 1, output)
+        self.assertIn("has no torch installed", output)
+        self.assertNotIn("site-packages holds", output)
+
+    def test_state_of_a_replaced_torch_is_named_by_status(self) -> None:
+        install = self.install()
+        self.assertEqual(install.run()[0], 0)
+        uninstall_torch(install)
+        # pip install torch==2.12.0 over it: its files, its dist-info.
+        upstream = make_fake_install(self.tmp / "upstream", source_python(UPSTREAM))
+        for entry in upstream.site.iterdir():
+            if entry.name.startswith("torch"):
+                shutil.copytree(entry, install.site / entry.name)
+        code, output = install.run("--status")
+        self.assertEqual(code, 0, output)
+        self.assertIn(f"note: <site>/{STATE_DIRNAME} is left from torch 2.11.0 (base v2.11.0), "
+                      "which another install of torch replaced; --revert removes it", output)
+        self.assertEqual(install.run("--revert")[0], 0)
+        self.assertNotIn("is left from torch", install.run("--status")[1])
+
+    def test_root_applying_to_another_users_install_keeps_the_owners_ownership(self) -> None:
+        if os.geteuid() != 0:
+            self.skipTest("needs root")
+        root = Path(self.tmp) / "owned"
+        root.mkdir()
+        os.chmod(self.tmp, 0o755)
+        install = make_fake_install(root, source_python(STOCK), base_python="/usr/bin/python3")
+        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(root)], check=True)
+        code, output = install.run()
+        self.assertEqual(code, 0, output)
+        owners = {str(p.relative_to(install.site)): p.lstat().st_uid
+                  for p in install.site.rglob("*")}
+        self.assertEqual({rel: uid for rel, uid in owners.items() if uid != NOBODY}, {})
+        code, output = install.run("--revert", user="nobody")
+        self.assertEqual(code, 0, output)
+
+
+class MessagesTest(InstallTestCase):
+    def test_an_empty_python_is_a_usage_error(self) -> None:
+        code, output = run("--python", "", "--status")
+        self.assertEqual(code, 2, output)
+        self.assertIn("--python needs an interpreter; it was given an empty name", output)
+
+    def test_an_interpreter_given_as_a_checkout_hints_at_python(self) -> None:
+        install = self.install()
+        code, output = run(str(install.python), "--status")
+        self.assertEqual(code, 1, output)
+        self.assertIn(f"{install.python} is a program, not a PyTorch checkout; to patch the "
+                      f"torch of a Python interpreter, say --python {install.python}", output)
+
+    def test_ctrl_c_at_once_is_one_line_and_130(self) -> None:
+        install = self.install()
+        process = subprocess.Popen([str(APPLY), "--python", str(install.python), "--check"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.15)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate()
+        self.assertEqual(process.returncode, 130, out + err)
+        self.assertNotIn("Traceback", err)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+
+    def test_revert_of_files_edited_by_hand_is_a_refusal_that_says_so(self) -> None:
+        install = self.install()
+        install.path(TOUCHED[0]).write_bytes(install.path(TOUCHED[0]).read_bytes() + b"# edit\n")
+        code, output = install.run("--revert")
+        self.assertEqual(code, 1, output)
+        self.assertIn("error: refused: files differ from torch's RECORD, and the series was "
+                      "not applied by this script", output)
+        self.assertNotIn("nothing to revert", output)
+
+    def test_overlay_of_another_base_from_an_install_names_the_installs_base(self) -> None:
+        install = self.install()
+        code, output = install.run("--overlay", "v2.12.0", "--out", str(self.tmp / "out"))
+        self.assertEqual(code, 1, output)
+        self.assertIn("with the files of v2.11.0, not those of v2.12.0", output)
+
+    def test_a_read_only_filesystem_is_named_as_such(self) -> None:
+        if os.geteuid() != 0:
+            self.skipTest("needs root to mount")
+        small = self.tmp / "ro"
+        small.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(small)]
+                          ).returncode != 0:
+            self.skipTest("cannot mount a tmpfs here")
+        self.addCleanup(subprocess.run, ["umount", "-l", str(small)])
+        install = make_fake_install(small / "install", source_python(STOCK))
+        subprocess.run(["mount", "-o", "remount,ro", str(small)], check=True)
+        code, output = install.run()
+        self.assertEqual(code, 1, output)
+        self.assertIn("<site> is on a read-only filesystem; patch the image where it is "
+                      "built, or mount it read-write; nothing was changed", output)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -8,9 +8,26 @@ sys.path, PYTHONPATH included) and never the site-packages this command may
 be installed in.
 """
 
-import importlib.util
+import signal
 import sys
-from pathlib import Path
+
+
+def _interrupted_early(signum: int, frame: object) -> None:
+    # Ctrl-C while Python loads the command (the first second): nothing was
+    # read or written yet.
+    sys.stderr.write("interrupted (Ctrl-C); nothing was done\n")
+    sys.stderr.flush()
+    import os
+    os._exit(130)
+
+
+# A Ctrl-C that the caller ignores (a background job) stays ignored.
+_CTRL_C = signal.getsignal(signal.SIGINT) != signal.SIG_IGN
+if _CTRL_C:
+    signal.signal(signal.SIGINT, _interrupted_early)
+
+import importlib.util  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 
 def load_package() -> None:
@@ -33,6 +50,10 @@ if __name__ == "__main__":
     try:
         load_package()
         from torch_backport import cli
+        # From here a Ctrl-C is a KeyboardInterrupt: the command takes back
+        # what it wrote, and says where the target stands.
+        if _CTRL_C:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.exit(cli.launched(sys.argv[1:]))
     except KeyboardInterrupt:
         # Before the command's own handler is in place (the first second),

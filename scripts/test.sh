@@ -350,5 +350,16 @@ echo "logs: $logs ($(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) %
 # so, and what identification gives for it (never a failure of this run).
 python3 "$here/../test/harness/newer_release.py" 2>>"$logs/newer-release.log" || true
 echo "expected failures on stock builds: $total_xfail (each one a defect or missing feature the tests detect)"
+# A release scripts/new-base wrote is a candidate until its matrix passes.
+if [ -f patches/candidates.tsv ]; then
+  for candidate in $(grep -v '^#' patches/candidates.tsv | cut -f1); do
+    case " ${selected[*]} " in *" $candidate "*) ;; *) continue ;; esac
+    if [ "$status" -eq 0 ]; then
+      echo "candidate $candidate: its matrix passed in this run; serve it: scripts/new-base $candidate --served"
+    else
+      echo "candidate $candidate: this run did not pass; it stays a candidate"
+    fi
+  done
+fi
 echo "summary: $total_passed passed, $total_failed failed"
 exit "$status"

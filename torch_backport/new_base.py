@@ -488,9 +488,13 @@ def replay(topic: Topic, base: str, files: ReleaseFiles, request: Request,
         hows = [str(how) for how in previous.get("hows", [])]  # type: ignore[union-attr]
         lines.append(f"{topic.name}: picking up the series finished in {work}")
     else:
-        if previous is not None or work.exists():
+        if work.exists():
+            # Made for other files, another base or an edited series: kept
+            # aside, never deleted (it may hold a person's resolution).
+            aside = work.with_name(f"{work.name}.{datetime.datetime.now():%Y%m%d-%H%M%S}")
+            os.replace(work, aside)
             lines.append(f"{topic.name}: {work} was made for other files or another "
-                         "series; starting it again")
+                         f"series; moved it to {aside} and started again")
         base_files = base_pristine(series, request)
         release_commit, hows, code = start_replay(work, series, base_files, files, stamp)
         if code != 0:

@@ -434,7 +434,7 @@ def running_note(install: Install) -> List[str]:
              "the code they imported. One that imported torch._inductor before this run may "
              "fail on its next compile (e.g. AttributeError: torch._inductor.config."
              "pre_grad_pass_timing does not exist): restart them:"]
-            + [f"  pid {pid}: {' '.join(command.split())[:200]}" for pid, command in running])
+            + [f"  pid {pid}: {' '.join(command.split())[:500]}" for pid, command in running])
 
 
 def expectation(install: Install) -> Optional[str]:

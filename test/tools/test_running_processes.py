@@ -34,8 +34,7 @@ class RunningProcessesTest(InstallTestCase):
             self.assertEqual(code, 0, output)
             self.assertIn("note: 1 running process(es) have this torch loaded; they keep the "
                           "code they imported.", output)
-            self.assertIn(f"  pid {holder.pid}: {sys.executable} {kernel} {library}\n",
-                          output.replace("<site>", str(install.site)))
+            self.assertIn(f"  pid {holder.pid}: {sys.executable} {kernel} ", output)
 
     def test_no_note_when_nothing_has_it_loaded(self) -> None:
         install = self.install()

@@ -168,6 +168,10 @@ def inspect(install: Install) -> Status:
     for rel in series.touched:
         if rel not in install.record:
             raise Refused(f"{rel} is not in torch {install.version}'s RECORD")
+    linked = linked_files(install, series)
+    if linked and manifest is None:
+        lines, _ = file_lines({rel: "link" for rel in linked})
+        return Status("linked", install, series, lines, None, identified)
     state, lines = series_state(install, series, manifest)
     return Status(state, install, series, lines,
                   None if state == "patched-no-backups" else manifest, identified)
@@ -242,10 +246,34 @@ def restore_without_manifest(install: Install, series: Series) -> List[str]:
     return restore_pristine(install, manifest)
 
 
-def reinstall_command(install: Install) -> str:
-    """The pip command that puts the stock wheel's files back."""
+def installer(install: Install) -> str:
+    """The installer that made this torch (INSTALLER in its dist-info): pip, uv, ..."""
+    return (install.dist.read_text("INSTALLER") or "pip").strip() or "pip"
+
+
+def reinstall_command(install: Install, link_mode: str = "") -> str:
+    """The command of the installer that made this torch that puts the stock
+    wheel's files back (a uv venv often has no pip)."""
     version = (install.built or {}).get("from", {}).get("version", install.version)
+    if installer(install) == "uv":
+        prefix = f"UV_LINK_MODE={link_mode} " if link_mode else ""
+        return (f"{prefix}uv pip install -p {sys.executable} --reinstall-package torch "
+                f"--no-deps torch=={version}")
     return f"{sys.executable} -m pip install --force-reinstall --no-deps torch=={version}"
+
+
+def linked_files(install: Install, series: Series) -> List[str]:
+    """The touched files that are symbolic links (uv's UV_LINK_MODE=symlink)."""
+    return [rel for rel in series.touched if install.path(rel).is_symlink()]
+
+
+def linked_message(install: Install, linked: List[str]) -> str:
+    target = install.path(linked[0]).resolve().parent
+    whose = "uv's cache" if installer(install) == "uv" else "another directory"
+    return (f"linked: the files the series touches are symbolic links into {whose} "
+            f"({target}, ...): patching them would change every venv that shares it, so "
+            "nothing is patched there. Install torch as copies, then apply: "
+            f"{reinstall_command(install, link_mode='copy')}")
 
 
 def built_from(install: Install) -> str:
@@ -327,6 +355,8 @@ def cmd_status(install: Install) -> int:
         + no_fixes_note(status),
         "unsupported": f"unsupported: {unsupported_detail(status)}",
         "unseen": unseen_message(status),
+        "linked": linked_message(install, status.files("link")) if status.state == "linked"
+        else "",
         "patched-wheel": "patched: installed from a patched wheel (built from "
         f"{built_from(install)}); --revert cannot undo it: install the stock wheel "
         f"({reinstall_command(install)})",
@@ -388,7 +418,7 @@ def describe_files(status: Status) -> str:
     """The files that block a run, each with what is wrong with it."""
     wrong = {"modified": "differs from the wheel and the series",
              "missing": "is missing",
-             "symlink": "is a symbolic link (patch the install it points into instead)"}
+             "symlink": "is a symbolic link (replaced after the series was applied)"}
     return "\n".join(f"  {status.install.site / line.split()[-1]}: {wrong[line.split()[0]]}"
                      for line in status.lines if line.split()[0] in wrong)
 
@@ -536,6 +566,8 @@ def plan_series(status: Status, plan: Plan) -> None:
         return
     if status.state == "unseen":
         raise Refused(unseen_message(status) + "\nNothing was changed.")
+    if status.state == "linked":
+        raise Refused(linked_message(install, status.files("link")) + "\nNothing was changed.")
     if status.state not in ("outdated", "partial"):
         refuse_unless_applicable(status)
     series = status.series
@@ -629,7 +661,7 @@ def plan_revert(install: Install, plan: Plan) -> None:
         plan.would = [recover_would(status)]
         plan.writes = lambda say: recover(status, say)
         return
-    if status.state in ("pristine", "has-feature", "unsupported"):
+    if status.state in ("pristine", "has-feature", "unsupported", "linked"):
         if status.manifest is not None and status.state == "pristine":
             plan.writes = lambda say: drop_state(install)  # stale: torch was replaced
         elif status.manifest is not None:

@@ -144,13 +144,25 @@ def plan_wheel(wheel: WheelFile, path: Path, out: Path, chosen: List[Topic],
     release = release_of(wheel, path)
     names = set(wheel.namelist())
     paths = sorted({rel for topic in chosen for rel in topic_files(topic)})
-    files = {rel: read_checked(wheel, path, rel) for rel in paths if rel in names}
+    as_read = {rel: read_checked(wheel, path, rel) for rel in paths if rel in names}
+    # A Windows wheel's .py files have CRLF endings: identified and patched
+    # as LF, written back with CRLF. Mixed endings are left as they are (a
+    # real difference, refused as one).
+    crlf = sorted(rel for rel, data in as_read.items()
+                  if b"\r\n" in data and data == data.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"))
+    files = {rel: data.replace(b"\r\n", b"\n") if rel in crlf else data
+             for rel, data in as_read.items()}
+    if crlf:
+        print(f"torch {release}: its {len(crlf)} files the topics touch have CRLF line "
+              "endings (a Windows wheel): identified and patched as LF, written with CRLF")
     every = release_series(str(release), {rel: git_blob_id(files[rel]) if rel in files
                                           else None for rel in paths},
                            chosen, optional, "applying")
     patched: Dict[str, bytes] = {}
     for series in every:
         patched.update(apply_series({rel: files[rel] for rel in series.touched}, series))
+    patched = {rel: data.replace(b"\n", b"\r\n") if rel in crlf else data
+               for rel, data in patched.items()}
     version = patched_version(release, every)
     parsed = wheel.parsed_filename
     assert parsed is not None

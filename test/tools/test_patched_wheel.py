@@ -154,6 +154,30 @@ class PatchedWheelTest(ScratchTestCase):
         self.assertEqual(written, [])
         self.assertFalse((self.tmp / "refused").exists())
 
+    def test_a_windows_wheel_with_crlf_endings_is_served_by_content(self) -> None:
+        crlf = {rel: data.replace(b"\n", b"\r\n") for rel, data in self.stock_files.items()}
+        wheel = make_fake_wheel(self.tmp / "in", crlf, "2.11.0")
+        code, output, written = self.build(wheel)
+        self.assertEqual(code, 0, output)
+        self.assertIn("have CRLF line endings (a Windows wheel): identified and patched as "
+                      "LF, written with CRLF", output)
+        self.assertIn("byte-identical to v2.11.0's: applying patches/v2.11.0", output)
+        (made,) = written
+        lf_made = self.built(out="lf")
+        with WheelFile(str(made)) as windows, WheelFile(str(lf_made)) as linux:
+            for rel in model.topic_files(model.primary_topic()):
+                data = windows.read(rel)  # checked against the new RECORD
+                self.assertNotIn(b"\n", data.replace(b"\r\n", b""), rel)
+                self.assertEqual(data, linux.read(rel).replace(b"\n", b"\r\n"), rel)
+
+    def test_a_real_difference_in_a_crlf_wheel_is_refused(self) -> None:
+        crlf = {rel: data.replace(b"\n", b"\r\n") for rel, data in self.stock_files.items()}
+        crlf[CONFIG] += b"# vendor\r\n"
+        code, output, written = self.build(make_fake_wheel(self.tmp / "in", crlf, "2.11.0"))
+        self.assertEqual(code, 1, output)
+        self.assertIn(f"{CONFIG} differs", output)
+        self.assertEqual(written, [])
+
     def test_a_file_that_does_not_match_record_is_refused(self) -> None:
         self.assert_refused(tampered(self.stock_wheel(), CONFIG, self.tmp / "tampered"),
                             f"{CONFIG} does not match the wheel's RECORD")

@@ -154,6 +154,19 @@ Patched wheel (a torch wheel with the series in it, to pin by hash):
                        --dry-run --report), and the patched wheel by its
                        path and sha256 in torch's place. It is for the Python
                        and platform running this command.
+  --platform TAG       with --wheel torch==X: build for this wheel platform tag
+                       (repeat it; e.g. manylinux_2_28_aarch64, macosx_15_0_arm64,
+                       win_amd64), each target's release wheel downloaded once
+                       into the cache, and write DIR/simple/, a PEP 503 index
+                       of every patched torch wheel in DIR (relative links with
+                       sha256) for pip --index-url file://DIR/simple, pip
+                       --find-links DIR or a uv [[tool.uv.index]]. A target the
+                       index has no wheel for is named (exit 1)
+  --python-version V   with --platform: for CPython V (repeat it; default
+                       3.10, 3.11, 3.12 and 3.13)
+  --all-platforms      every Linux x86_64 and aarch64, macOS arm64 and
+                       Windows amd64 wheel of CPython 3.10-3.13 the release
+                       has (the combinations it lacks are named, exit 0)
   --check              check IN and the series; write nothing
 
 Overlay (the patched files of a base at their upstream paths, for copying
@@ -225,6 +238,9 @@ class Request:
     lock: Optional[str] = None
     topics: List[str] = dataclasses.field(default_factory=list)
     expect: Optional[str] = None
+    platforms: List[str] = dataclasses.field(default_factory=list)
+    python_versions: List[str] = dataclasses.field(default_factory=list)
+    all_platforms: bool = False
     helping: bool = False
 
 
@@ -237,6 +253,8 @@ NEEDS = {
     "--topic": "--topic needs a topic name (or default, or all)",
     "--wheel": "--wheel needs a torch wheel file or torch==X",
     "--expect": "--expect needs a state: --expect patched",
+    "--platform": "--platform needs a wheel platform tag, e.g. manylinux_2_28_aarch64",
+    "--python-version": "--python-version needs a version, e.g. 3.12",
 }
 
 
@@ -278,6 +296,10 @@ def _parser() -> _Parser:
     parser.add_argument("--no-commit", action="store_true")
     parser.add_argument("--topic", dest="topics", action="append", default=[])
     parser.add_argument("--expect")
+    parser.add_argument("--platform", dest="platforms", action="append", default=[])
+    parser.add_argument("--python-version", dest="python_versions", action="append",
+                        default=[])
+    parser.add_argument("--all-platforms", action="store_true")
     return parser
 
 
@@ -355,6 +377,20 @@ def check_mode_rules(request: Request) -> None:
                  (request.no_commit, "--no-commit goes with a CHECKOUT"),
                  (request.python is None, "say what to patch: --python PY or a CHECKOUT"),
                  (request.out is not None, "--out goes with --overlay")]
+    fleet = bool(request.platforms or request.python_versions or request.all_platforms)
+    if fleet:
+        rules[:0] = [
+            (request.command != "wheel", "--platform, --python-version and --all-platforms "
+             "go with --wheel torch==X"),
+            (request.command == "wheel" and not (request.wheel or "").startswith("torch=="),
+             "--platform, --python-version and --all-platforms take the wheels from the "
+             "index: --wheel torch==X, not a file"),
+            (bool(request.platforms) and request.all_platforms,
+             "--platform and --all-platforms do not go together"),
+            (bool(request.python_versions) and not request.platforms,
+             "--python-version goes with --platform (or use --all-platforms)"),
+            (request.lock is not None, "--lock resolves for the platform that runs it: "
+             "not with --platform or --all-platforms (serve the fleet from its index)")]
     rules.insert(0, (request.expect is not None and request.expect != "patched",
                      f"--expect {request.expect}: the one state to expect is `patched`"))
     rules.insert(1, (request.expect is not None and (request.command != "status"
@@ -447,6 +483,8 @@ def execute(request: Request) -> int:
         checked_cache_dir()
     if request.command == "wheel":
         order = {"engine": "wheel-build", "source": request.wheel, "out": request.out,
+                 "platforms": request.platforms, "pythons": request.python_versions,
+                 "all_platforms": request.all_platforms,
                  "cache": str(cache_dir()), "topics": request.topics,
                  "check": request.check, "lock": request.lock}
         if has_pypa():
@@ -524,6 +562,14 @@ def engine(order: Dict[str, Any]) -> int:
     """Carry out an order (in this interpreter: the target one for a wheel)."""
     from torch_backport import driver
     names = order["topics"] or None
+    if order["engine"] == "wheel-build" and (order.get("platforms") or order.get("all_platforms")):
+        from torch_backport.fleet import cmd_fleet, targets
+        release = order["source"].split("==", 1)[1]
+        return driver.generate(names, lambda chosen, optional: cmd_fleet(
+            release, targets(order["platforms"], order["pythons"], order["all_platforms"]),
+            order["all_platforms"], Path(order["out"]), Path(order["cache"]), chosen, optional,
+            order["check"]), "each wheel is written whole or not at all; the index is "
+            "written last")
     if order["engine"] == "wheel-build":
         from torch_backport.patched_wheel import cmd_wheel
         return driver.generate(names, lambda chosen, optional: cmd_wheel(

@@ -26,12 +26,13 @@ def release_files(python: str) -> dict[str, bytes]:
 
 
 def make_fake_wheel(directory: Path, files: dict[str, bytes], version: str,
-                    name: str = "torch", requires: tuple[str, ...] = ()) -> Path:
+                    name: str = "torch", requires: tuple[str, ...] = (),
+                    tag: str = TAG) -> Path:
     """A wheel of `name` `version` holding `files` (path -> bytes) and a
     dist-info (with Requires-Dist: `requires`); its entries are dated
     2026-01-02 so that builds repeat."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}-{version}-{TAG}.whl"
+    path = directory / f"{name}-{version}-{tag}.whl"
     dist_info = f"{name}-{version}.dist-info"
     entries = {**files,
                f"{dist_info}/METADATA": (f"Metadata-Version: 2.1\nName: {name}\n"
@@ -39,7 +40,7 @@ def make_fake_wheel(directory: Path, files: dict[str, bytes], version: str,
                                          + "".join(f"Requires-Dist: {r}\n" for r in requires)
                                          ).encode(),
                f"{dist_info}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: fake_wheel\n"
-                                      f"Root-Is-Purelib: false\nTag: {TAG}\n").encode()}
+                                      f"Root-Is-Purelib: false\nTag: {tag}\n").encode()}
     with WheelFile(str(path), "w") as wheel:
         for rel, data in entries.items():
             info = zipfile.ZipInfo(rel, date_time=(2026, 1, 2, 3, 4, 5))

@@ -1,0 +1,132 @@
+"""Patched wheels for every machine a team deploys to, in one run: the
+release wheel of each target (platform, CPython version) downloaded once into
+the cache, each patched as `--wheel` patches one (patched_wheel.plan_wheel:
+RECORD checked, series chosen by content, Windows CRLF kept), and a PEP 503
+simple index over every patched torch wheel in the output directory, which
+`pip --index-url file://DIR/simple`, `pip --find-links DIR` and a uv
+`[[tool.uv.index]]` read. A target the release has no wheel for is named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import html
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from torch_backport.driver import Plan
+from torch_backport.fsio import atomic_write
+from torch_backport.patched_wheel import opened, plan_wheel
+from torch_backport.series import Refused, Topic
+
+# What --all-platforms asks pip for: each platform tag is the newest pip
+# should accept (it takes any older manylinux or macOS wheel too).
+ALL_PLATFORMS = ("manylinux_2_39_x86_64", "manylinux_2_39_aarch64", "macosx_15_0_arm64",
+                 "win_amd64")
+ALL_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    platform: str  # a wheel platform tag pip's --platform takes
+    python: str  # "3.11"
+
+    def __str__(self) -> str:
+        return f"cp{self.python.replace('.', '')} {self.platform}"
+
+
+def targets(platforms: List[str], pythons: List[str], every: bool) -> List[Target]:
+    chosen_platforms = list(ALL_PLATFORMS) if every else platforms
+    chosen_pythons = list(ALL_PYTHONS) if every or not pythons else pythons
+    if not chosen_platforms:
+        raise Refused("name a target: --platform TAG (repeat it), or --all-platforms")
+    return [Target(platform, python) for platform in chosen_platforms
+            for python in chosen_pythons]
+
+
+def download(version: str, target: Target, cache: Path) -> Optional[Path]:
+    """torch `version`'s wheel for `target`, downloaded once into the cache;
+    None if the index has none."""
+    folder = cache / "wheels" / f"cp{target.python.replace('.', '')}-{target.platform}"
+    found = sorted(folder.glob(f"torch-{version}*.whl"))
+    if found:
+        return found[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"{target}: downloading the torch {version} wheel into {folder} ...", flush=True)
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+         "--only-binary=:all:", "--implementation", "cp", "--platform", target.platform,
+         "--python-version", target.python, "-d", str(folder), f"torch=={version}"],
+        capture_output=True, text=True)
+    found = sorted(folder.glob(f"torch-{version}*.whl"))
+    if pip.returncode != 0 or not found:
+        return None
+    return found[0]
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_index(out: Path) -> Path:
+    """DIR/simple/ (PEP 503) over every torch wheel in DIR, by relative link
+    with its sha256: the directory can move or be served as it is."""
+    wheels = sorted(out.glob("torch-*.whl"))
+    links = "\n".join(
+        f'    <a href="../../{html.escape(w.name)}#sha256={file_sha256(w)}">'
+        f"{html.escape(w.name)}</a><br/>" for w in wheels)
+    project = out / "simple" / "torch"
+    project.mkdir(parents=True, exist_ok=True)
+    atomic_write(project / "index.html", (
+        "<!DOCTYPE html>\n<html>\n  <body>\n    <h1>Links for torch</h1>\n"
+        f"{links}\n  </body>\n</html>\n").encode(), 0o644)
+    atomic_write(out / "simple" / "index.html", (
+        "<!DOCTYPE html>\n<html>\n  <body>\n    <a href=\"torch/\">torch</a><br/>\n"
+        "  </body>\n</html>\n").encode(), 0o644)
+    return out / "simple"
+
+
+def cmd_fleet(version: str, wanted: List[Target], every: bool, out: Path, cache: Path,
+              chosen: List[Topic], optional: Tuple[Topic, ...], check: bool) -> int:
+    """Patched torch `version` wheels for `wanted` into `out`, and the index."""
+    built: List[str] = []
+    missing: List[Target] = []
+    refused: List[str] = []
+    for number, target in enumerate(wanted, 1):
+        print(f"[{number}/{len(wanted)}] {target}")
+        source = download(version, target, cache)
+        if source is None:
+            missing.append(target)
+            print(f"{target}: the index has no torch {version} wheel for it")
+            continue
+        try:
+            with opened(source) as wheel:
+                plan: Plan = plan_wheel(wheel, source, out, chosen, optional, None)
+                for line in plan.said:
+                    print(line)
+                if check:
+                    plan.check(print)
+                else:
+                    plan.execute(print)
+            built.append(source.name)
+        except Refused as problem:
+            refused.append(f"{target}: {problem}")
+            print(f"{target}: refused: {problem}")
+    if not check and built:
+        simple = write_index(out)
+        print(f"wrote {simple}/ (PEP 503): pip install --index-url file://{simple.resolve()} "
+              f"torch=={version}")
+    print(f"fleet: {len(built)} of {len(wanted)} target(s) "
+          f"{'checked' if check else 'built'}"
+          + (f"; no wheel on the index for: {', '.join(map(str, missing))}" if missing else "")
+          + (f"; refused: {len(refused)}" if refused else ""))
+    for line in refused:
+        print(f"  {line}")
+    return 1 if refused or (missing and not every) else 0

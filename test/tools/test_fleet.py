@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import unittest
-from pathlib import Path
 
 from fake_install import APPLY, ScratchTestCase, source_python, STOCK
 from fake_wheel import make_fake_wheel, release_files

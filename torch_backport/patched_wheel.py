@@ -139,8 +139,23 @@ def release_of(wheel: WheelFile, path: Path) -> Version:
     return release
 
 
+def refuse_foreign_lock(wheel: WheelFile, path: Path) -> None:
+    """--lock resolves with this interpreter's pip, for this platform: a
+    wheel for another is refused before anything is built."""
+    from packaging.tags import sys_tags
+    from packaging.utils import parse_wheel_filename
+    tags = parse_wheel_filename(path.name)[3]
+    if not tags & set(sys_tags()):
+        raise Refused(f"--lock resolves for the Python and platform that run it, and "
+                      f"{path.name} is for another ({', '.join(sorted(map(str, tags)))}): "
+                      "build it without --lock (or with --platform into an index), or lock "
+                      "on that platform; nothing was written")
+
+
 def plan_wheel(wheel: WheelFile, path: Path, out: Path, chosen: List[Topic],
                optional: Tuple[Topic, ...], lock: Optional[str]) -> Plan:
+    if lock is not None:
+        refuse_foreign_lock(wheel, path)
     release = release_of(wheel, path)
     names = set(wheel.namelist())
     paths = sorted({rel for topic in chosen for rel in topic_files(topic)})
@@ -250,9 +265,17 @@ def write_lock(lock: Path, wheel: Path, release: Version) -> None:
         if digest is None:
             raise Refused(f"pip's report gives no sha256 for {name}; {lock} is not written")
         lines.append(f"{name}=={item['metadata']['version']} --hash=sha256:{digest}")
-    lines.append(f"torch @ {wheel.resolve().as_uri()} --hash=sha256:{file_sha256(wheel)}")
+    # The wheel by version and hash, found through a --find-links relative to
+    # the lock file (pip and uv read it so): dist/ can move or be served as
+    # it is, and no index has this exact local version, so a machine without
+    # the wheel fails instead of installing stock torch.
+    where = os.path.relpath(wheel.parent.resolve(), lock.parent.resolve())
+    version = wheel.name.split("-")[1]
+    lines[2:2] = [f"--find-links {where}"]
+    lines.append(f"torch=={version} --hash=sha256:{file_sha256(wheel)}")
     atomic_write(lock, ("\n".join(lines) + "\n").encode(), 0o644)
-    print(f"wrote {lock} ({len(lines) - 2} requirements, each pinned by sha256)")
+    print(f"wrote {lock} ({len(lines) - 3} requirements, each pinned by sha256; the patched "
+          f"wheel through --find-links {where}, relative to it)")
 
 
 def file_sha256(path: Path) -> str:

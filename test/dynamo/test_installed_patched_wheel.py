@@ -103,6 +103,17 @@ class InstalledPatchedWheelTests(unittest.TestCase):
             self.assertIn("\n2.11.0+", "\n" + result.stdout)
             self.assertEqual(result.stdout.count("patched: installed from a patched wheel"), 2,
                              result.stdout)
+            # The lock finds the wheel relative to itself: dist/ can move.
+            moved = Path(scratch) / "moved"
+            (Path(scratch) / "dist").rename(moved)
+            resolved = subprocess.run(
+                [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+                 "--quiet", "--require-hashes", "--report", "-", "-r",
+                 str(moved / "requirements.txt")], cwd="/", capture_output=True, text=True)
+            self.assertEqual(resolved.returncode, 0, resolved.stderr[-3000:])
+            torch = next(item for item in json.loads(resolved.stdout)["install"]
+                         if item["metadata"]["name"] == "torch")
+            self.assertEqual(torch["download_info"]["url"], (moved / rebuilt.name).as_uri())
 
 
 if __name__ == "__main__":

@@ -170,6 +170,17 @@ class PatchedWheelTest(ScratchTestCase):
                 self.assertNotIn(b"\n", data.replace(b"\r\n", b""), rel)
                 self.assertEqual(data, linux.read(rel).replace(b"\n", b"\r\n"), rel)
 
+    def test_a_lock_for_a_wheel_of_another_platform_is_refused_before_building(self) -> None:
+        wheel = make_fake_wheel(self.tmp / "in", self.stock_files, "2.11.0",
+                                tag="cp311-cp311-macosx_11_0_arm64")
+        code, output, written = self.build(wheel, "--lock", str(self.tmp / "requirements.txt"))
+        self.assertEqual(code, 1, output)
+        self.assertIn("--lock resolves for the Python and platform that run it, and "
+                      "torch-2.11.0-cp311-cp311-macosx_11_0_arm64.whl is for another "
+                      "(cp311-cp311-macosx_11_0_arm64)", output)
+        self.assertEqual(written, [])
+        self.assertFalse((self.tmp / "requirements.txt").exists())
+
     def test_a_real_difference_in_a_crlf_wheel_is_refused(self) -> None:
         crlf = {rel: data.replace(b"\n", b"\r\n") for rel, data in self.stock_files.items()}
         crlf[CONFIG] += b"# vendor\r\n"

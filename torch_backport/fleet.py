@@ -10,7 +10,6 @@ simple index over every patched torch wheel in the output directory, which
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import html
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from typing import List, Optional, Tuple
 
 from torch_backport.driver import Plan
 from torch_backport.fsio import atomic_write
-from torch_backport.patched_wheel import opened, plan_wheel
+from torch_backport.patched_wheel import file_sha256, opened, plan_wheel
 from torch_backport.series import Refused, Topic
 
 # What --all-platforms asks pip for: each platform tag is the newest pip
@@ -65,14 +64,6 @@ def download(version: str, target: Target, cache: Path) -> Optional[Path]:
     if pip.returncode != 0 or not found:
         return None
     return found[0]
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_index(out: Path) -> Path:

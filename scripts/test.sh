@@ -236,6 +236,9 @@ build_wheel() {  # the patched 2.11.0 wheel, pip-installed into a copy of the st
   # suite; the README's hash-pin recipe (a rebuild, a fresh venv) makes it
   # one of the longer jobs.
   queue "wheel-2.11.0|wheel-2.11.0||$wheel_venv/bin/python|||test/dynamo/test_installed_patched_wheel.py"
+  # uv in place on the real wheel (now in the cache), and two foreign
+  # targets' patched wheels from their real release wheels.
+  queue "uv-fleet|tools||${stock[2.11.0]}||PREGRAD_UV_FLEET=1|test/tools/test_uv_end_to_end.py"
 }
 
 # The tool suite needs stock 2.11.0 and 2.12.0 only: those are set up first.
@@ -255,7 +258,7 @@ for version in "${ordered[@]}"; do
   if [ -n "${stock[2.11.0]:-}" ] && [ -n "${stock[2.12.0]:-}" ] && [ -z "${tools_queued:-}" ]; then
     export PREGRAD_STOCK_PYTHON="${stock[2.11.0]}" PREGRAD_UPSTREAM_PYTHON="${stock[2.12.0]}"
     # test_new_base.py needs every base's stock venv: a job of its own, below.
-    queue "tools|tools||${patched[2.11.0]}|||test/tools --ignore=test/tools/test_new_base.py"
+    queue "tools|tools||${patched[2.11.0]}|||test/tools --ignore=test/tools/test_new_base.py --ignore=test/tools/test_uv_end_to_end.py"
     tools_queued=1
   fi
   if [ -n "${tools_queued:-}" ] && [ -n "${stock[2.11.0]:-}" ] && [ -z "${wheel_built:-}" ]; then

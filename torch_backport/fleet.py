@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from torch_backport.driver import Plan
 from torch_backport.fsio import atomic_write
-from torch_backport.patched_wheel import file_sha256, opened, plan_wheel
+from torch_backport.patched_wheel import build, file_sha256
 from torch_backport.series import Refused, Topic
 
 # What --all-platforms asks pip for: each platform tag is the newest pip
@@ -98,14 +97,7 @@ def cmd_fleet(version: str, wanted: List[Target], every: bool, out: Path, cache:
             print(f"{target}: the index has no torch {version} wheel for it")
             continue
         try:
-            with opened(source) as wheel:
-                plan: Plan = plan_wheel(wheel, source, out, chosen, optional, None)
-                for line in plan.said:
-                    print(line)
-                if check:
-                    plan.check(print)
-                else:
-                    plan.execute(print)
+            build(source, out, chosen, optional, check, None)
             built.append(source.name)
         except Refused as problem:
             refused.append(f"{target}: {problem}")

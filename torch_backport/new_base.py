@@ -643,9 +643,9 @@ def release_row(request: Request, patches: Store, outcomes: List[Outcome]
     cells = {outcome.topic.name: outcome.cell for outcome in outcomes}
     old = next((line.split("\t") for line in lines
                 if line.split("\t")[0] == request.release), None)
-    row = [request.release] + [cells.get(name, dict(zip(header, old)).get(name, NOT_YET)
-                                         if old else cells.get(name, NOT_YET))
-                               for name in header[1:]]
+    # A topic this run did not look at keeps its cell from an earlier row.
+    kept = dict(zip(header, old)) if old else {}
+    row = [request.release] + [cells.get(name, kept.get(name, NOT_YET)) for name in header[1:]]
     text = "\t".join(row)
     if old is not None:
         lines = [text if line.split("\t")[0] == request.release else line for line in lines]

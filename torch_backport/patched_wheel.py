@@ -109,7 +109,13 @@ def cmd_wheel(source: str, out: Path, cache: Path, chosen: List[Topic],
     """Write the patched wheel of IN (`source`) into `out`; with `check`, say
     what would be written. The topics in `optional` are left out where no
     series fits."""
-    path = source_wheel(source, cache)
+    build(source_wheel(source, cache), out, chosen, optional, check, lock)
+    return 0
+
+
+def build(path: Path, out: Path, chosen: List[Topic], optional: Tuple[Topic, ...],
+          check: bool, lock: Optional[str]) -> None:
+    """Plan the patched wheel of `path`, then say it (--check) or write it."""
     with opened(path) as wheel:
         plan = plan_wheel(wheel, path, out, chosen, optional, lock)
         for line in plan.said:
@@ -118,7 +124,6 @@ def cmd_wheel(source: str, out: Path, cache: Path, chosen: List[Topic],
             plan.check(print)
         else:
             plan.execute(print)
-    return 0
 
 
 def release_of(wheel: WheelFile, path: Path) -> Version:

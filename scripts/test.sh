@@ -113,14 +113,16 @@ dynamo_suites=(test/dynamo/test_release_identification.py
                test/dynamo/test_pre_grad_pass_timing.py test/dynamo/test_pre_grad_stale_hits.py
                test/dynamo/test_pre_grad_remote_cache.py test/dynamo/test_pre_grad_results.py
                test/dynamo/test_cpu_isa_probe.py test/dynamo/test_autocast_cache.py
-               test/dynamo/test_torchao_quant_lift_up.py)
+               test/dynamo/test_torchao_quant_lift_up.py test/dynamo/test_real_models.py)
 # Stock builds only: they need the release's own files.
 stock_only_suites=(test/dynamo/test_patched_wheel_rules.py test/dynamo/test_real_install_round_trip.py)
-# The results suite is a patched build's longest; it runs as a job of its own.
+# The results suites are a patched build's longest; they run as a job of
+# their own.
 results_suite=test/dynamo/test_pre_grad_results.py
+real_models_suite=test/dynamo/test_real_models.py
 other_suites=()
 for suite in "${dynamo_suites[@]}"; do
-  [ "$suite" = "$results_suite" ] || other_suites+=("$suite")
+  [ "$suite" = "$results_suite" ] || [ "$suite" = "$real_models_suite" ] || other_suites+=("$suite")
 done
 # The short tier (a release whose content another tested release has, see
 # test/harness/content_identity.py): identification, the real install's
@@ -193,7 +195,7 @@ launch() {  # launch LIMIT: start pending jobs while fewer than LIMIT run
 
 queue_full_tier() {  # queue_full_tier VERSION: every suite, stock and patched
   local version="$1"
-  queue "patched-$version-results|patched-$version|patched:$version|${patched[$version]}|||$results_suite"
+  queue "patched-$version-results|patched-$version|patched:$version|${patched[$version]}|||$results_suite $real_models_suite"
   if [ ${#pytest_args[@]} -eq 0 ]; then
     # The random properties (stacks of modules, compile sequences under
     # autocast) prove nothing on stock (they may or may not draw a failing

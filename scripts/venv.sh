@@ -4,14 +4,15 @@
 #        scripts/venv.sh --help
 #
 # Makes sure a virtual environment with torch==VERSION, the test
-# requirements (requirements/test.txt) and the torchao release that
-# test/torchao.tsv pins for VERSION (pip install --no-deps; no torchao where
-# the file says "none") exists at $PREGRAD_CACHE/venvs/NAME (NAME defaults to
+# requirements (requirements/test.txt), the torchao release that
+# test/torchao.tsv pins for VERSION and the torchvision release that
+# test/torchvision.tsv pins for it (pip install --no-deps; none where the file
+# says "none") exists at $PREGRAD_CACHE/venvs/NAME (NAME defaults to
 # torch-VERSION) and prints the path of its python as the last line of
 # output. An environment that finished installing is reused; one whose
 # install was interrupted is rebuilt; one made with other test requirements
-# or another torchao pin gets those, keeping its torch (the ready stamp
-# names all three). The first install downloads about 4.6 GB (torch and its
+# or another torchao or torchvision pin gets those, keeping its torch (the
+# ready stamp names all four). The first install downloads about 4.6 GB (torch and its
 # CUDA libraries; they run on the CPU too); pip's cache makes later ones
 # local. Files of 1 MB or more that another venv under $PREGRAD_CACHE/venvs
 # holds byte for byte are then hard-linked to it (util-linux's hardlink, if
@@ -60,15 +61,21 @@ requirements="$repo/requirements/test.txt"
 # works with a torch: test/torchao.tsv names it (release, version or none).
 torchao="$(awk -F'\t' -v release="$version" '!/^#/ && $1 == release {print $2}' "$repo/test/torchao.tsv")"
 torchao="${torchao:-none}"
-stamp="torch==$version $(sha256sum "$requirements" | cut -d' ' -f1) torchao==$torchao"
+# torchvision: the release built for this torch (test/torchvision.tsv says
+# which, and what a release without one gets), --no-deps so that it can never
+# move torch.
+torchvision="$(awk -F'\t' -v release="$version" '!/^#/ && $1 == release {print $2}' "$repo/test/torchvision.tsv")"
+torchvision="${torchvision:-none}"
+stamp="torch==$version $(sha256sum "$requirements" | cut -d' ' -f1) torchao==$torchao torchvision==$torchvision"
 
-install_torchao() {  # the pin, or no torchao at all where the pin is none
-  if [ "$torchao" != none ]; then
-    "$venv/bin/python" -m pip install --disable-pip-version-check --no-deps "torchao==$torchao" >&2
-  elif "$venv/bin/python" -m pip show torchao >/dev/null 2>&1; then
-    "$venv/bin/python" -m pip uninstall --disable-pip-version-check -y torchao >&2
+install_pin() {  # install_pin DIST VERSION: the pin, or no DIST at all where it is none
+  if [ "$2" != none ]; then
+    "$venv/bin/python" -m pip install --disable-pip-version-check --no-deps "$1==$2" >&2
+  elif "$venv/bin/python" -m pip show "$1" >/dev/null 2>&1; then
+    "$venv/bin/python" -m pip uninstall --disable-pip-version-check -y "$1" >&2
   fi
 }
+install_pins() { install_pin torchao "$torchao" && install_pin torchvision "$torchvision"; }
 
 # pip's own configuration may cap torch below the release asked for (these
 # build machines: /etc/xdg/pip/constraints.txt, torch<=2.14.1, which would
@@ -94,12 +101,12 @@ if [ -f "$ready" ] && [ "$(cat "$ready")" = "$stamp" ]; then
   exit 0
 fi
 if [ -f "$ready" ] && [ "$(cut -d' ' -f1 "$ready")" = "torch==$version" ]; then
-  # Same torch, other test requirements or torchao pin: install those, keep the 4.6 GB.
-  echo "venv: updating the test requirements and torchao ($torchao) in $venv" >&2
+  # Same torch, other test requirements or pins: install those, keep the 4.6 GB.
+  echo "venv: updating the test requirements, torchao ($torchao) and torchvision ($torchvision) in $venv" >&2
   lift_configured_constraint
   rm -f "$ready"
   if "$venv/bin/python" -m pip install --disable-pip-version-check -r "$requirements" >&2 \
-     && install_torchao; then
+     && install_pins; then
     echo "$stamp" > "$ready"
     echo "$venv/bin/python"
     exit 0
@@ -112,10 +119,10 @@ lift_configured_constraint
 echo "venv: creating $venv (torch==$version)" >&2
 rm -rf "$venv"
 "${PYTHON:-python3}" -m venv "$venv"
-echo "venv: installing torch==$version, the test requirements and torchao ($torchao); the first time downloads ~4.6 GB ..." >&2
+echo "venv: installing torch==$version, the test requirements, torchao ($torchao) and torchvision ($torchvision); the first time downloads ~4.6 GB ..." >&2
 # pip prints one line per download; its progress bar shows on a terminal.
 if ! "$venv/bin/python" -m pip install --disable-pip-version-check \
-      "torch==$version" -r "$requirements" >&2 || ! install_torchao; then
+      "torch==$version" -r "$requirements" >&2 || ! install_pins; then
   echo "venv: pip failed installing torch==$version into $venv; rerun to retry" >&2
   exit 1
 fi

@@ -72,6 +72,12 @@ TORCHAO_TESTS = {
     # Freezing bypasses both caches on every release, so the pass runs each time.
     "test_freezing_bypasses_both_caches_and_runs_quant_lift_up": lambda rel: True,
 }
+# Real networks (test_real_models.py): torchvision models compiled with
+# freezing. compile_fx on a module graph under default timing resolves late
+# from 2.12 and gets the swapped conv; "early" needs the option (2.12 on).
+REAL_MODEL_CELL = re.compile(
+    r"test_real_model_with_freezing_matches_eager_path_(?P<path>\w+?)_model_name_(?P<model>\w+)$"
+)
 RESULTS_CELL = re.compile(
     r"test_matches_eager_timing_(?P<timing>\w+?)_(?P<freezing>freezing|nofreezing)"
     r"_entry_(?P<entry>compile_fx|torch_compile)_model_name_(?P<model>\w+)$"
@@ -121,6 +127,15 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
                              f"test_torchao_quant_lift_up.py::{test_name}")
         return "pass" if TORCHAO_TESTS[test_name](release(version)) else "fail"
     has_feature = release(version) >= FEATURE_SINCE
+    if test_file == "test_real_models.py":
+        real = REAL_MODEL_CELL.match(test_name)
+        if real is None:
+            raise ValueError(f"no stock expectations for test_real_models.py::{test_name}")
+        if real["path"] == "compile_fx":
+            return "fail" if has_feature else "pass"
+        if real["path"] == "compile_fx_early":
+            return "pass" if has_feature else "fail"  # the config option does not exist
+        return "pass"
     if test_name == "test_no_stale_hit_under_autocast":
         return "any"  # a random sequence may or may not draw a stale case; not run on stock
     if test_file in ("test_pre_grad_pass_timing.py", "test_pre_grad_stale_hits.py",
@@ -158,13 +173,16 @@ def checks_something_on_stock(version: str, test_file: str, test_name: str) -> b
     the same release does not (scripts/test.sh deselects the others on
     full-tier stock builds, conftest.py): a test whose stock outcome differs
     from its patched one (it shows the defect or the missing feature), every
-    test on 2.12 (the stock behaviour the feature is defined by), and the
-    tool's own suites. A test expected to pass on both runs on the patched
+    test on 2.12 (the stock behaviour the feature is defined by), the
+    real-network compile_fx cells (stock beside patched on every release) and
+    the tool's own suites. A test expected to pass on both runs on the patched
     build only: there it must pass too, on the same torch plus the series.
     Before 2.13 the probe tests that compare the probe with itself are not
     run on stock either (the probe is the reference probe there)."""
     if test_file in TOOL_SUITES:
         return True
+    if test_file == "test_real_models.py" and REAL_MODEL_CELL.match(test_name)["path"] == "compile_fx":
+        return True  # the real-network cell a user asks about: stock beside patched on every release
     rel = release(version)
     if test_file == "test_cpu_isa_probe.py":
         return isa_probe_outcome(rel, test_name) == "fail"

@@ -1,0 +1,74 @@
+"""torchvision models with random weights and trained-like BatchNorms.
+
+Straight from its constructor a BatchNorm is near identity (running mean 0,
+variance 1, weight 1, bias 0), which hides most of what folding it wrongly
+does. `make_real_model` therefore gives each BatchNorm what a trained network
+holds: weight and bias drawn around 1 and 0, and running statistics
+measured on the model's own input: one forward with only the BatchNorms in
+train mode (a cumulative average; dropout and stochastic depth stay off, so
+each BatchNorm sees what it sees in eval). Nothing is downloaded: weights=None.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# name -> input shape: small images keep a CPU compile to seconds; every model
+# has plain Conv2d -> BatchNorm2d pairs (what fuse_conv_bn folds). A batch of
+# two, and 128 pixels where a model reaches its last BatchNorms at 2x2 from 64:
+# running statistics of a handful of values blow the output up.
+REAL_MODELS = {
+    "resnet18": (2, 3, 64, 64),
+    "resnet50": (2, 3, 64, 64),
+    "mobilenet_v3_small": (2, 3, 64, 64),
+    "efficientnet_b0": (2, 3, 128, 128),
+    "densenet121": (2, 3, 64, 64),
+}
+# Folding BatchNorms changes rounding; outputs are of magnitude 1-10 and the
+# defect is off by 1 or more.
+TOLERANCE = {"atol": 5e-4, "rtol": 5e-4}
+
+
+def torchvision_missing() -> str | None:
+    """Why the real models cannot run here (test/torchvision.tsv), or None."""
+    try:
+        import torchvision  # noqa: F401
+    except ImportError as error:
+        return (f"torchvision is not importable ({error}); test/torchvision.tsv names the "
+                "release scripts/venv.sh installs for each torch, or why none")
+    return None
+
+
+def set_trained_like_batchnorms(model: torch.nn.Module, example: torch.Tensor) -> None:
+    """BatchNorm weight ~ U(0.5, 1.5), bias ~ N(0, 0.2), running statistics
+    from `example` (a cumulative average over one forward)."""
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    with torch.no_grad():
+        for norm in norms:
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.normal_(0.0, 0.2)
+            norm.reset_running_stats()
+            norm.momentum = None
+        model.eval()
+        for norm in norms:
+            norm.train()
+        model(example)
+        model.eval()
+
+
+def make_real_model(name: str, seed: int = 0) -> tuple[torch.nn.Module, torch.Tensor]:
+    """torchvision's `name` (random weights, trained-like BatchNorms, eval
+    mode) and an input for it."""
+    import torchvision
+
+    torch.manual_seed(seed)
+    model = getattr(torchvision.models, name)(weights=None)
+    example = torch.randn(*REAL_MODELS[name])
+    set_trained_like_batchnorms(model, example)
+    return model, torch.randn(*REAL_MODELS[name])
+
+
+def max_abs_error(actual: object, expected: torch.Tensor) -> float:
+    got = actual[0] if isinstance(actual, (list, tuple)) else actual
+    assert isinstance(got, torch.Tensor)
+    return float((got - expected).abs().max())

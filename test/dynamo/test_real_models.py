@@ -1,0 +1,70 @@
+"""Real networks compiled for CPU inference with freezing equal eager.
+
+torchvision's resnet50 and mobilenet_v3_small (random weights, trained-like
+BatchNorms: real_models.py) under torch.no_grad with freezing, through three
+paths: `compile_fx` on a symbolic_trace'd module (the convs stay modules; the
+late pre-grad passes fold each BatchNorm after the conv weights were
+captured, so stock 2.12.0 and later are off by far more than the output's
+size), the same with `pre_grad_pass_timing = "early"` (the workaround on a
+stock release that has the option), and `torch.compile` (Dynamo lifts the
+parameters: right everywhere). stock_expectations.py says which cells fail
+on which stock release; test/torchvision.tsv which torchvision each release
+gets.
+"""
+
+from __future__ import annotations
+
+import unittest
+
+import torch
+from torch._inductor import config as inductor_config
+from torch._inductor.compile_fx import compile_fx
+from torch._inductor.test_case import TestCase
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+)
+
+from real_models import make_real_model, max_abs_error, TOLERANCE, torchvision_missing
+
+CELL_MODELS = ["resnet50", "mobilenet_v3_small"]
+# path -> (entry point, pre_grad_pass_timing or None to leave it unset)
+PATHS = {
+    "compile_fx": ("compile_fx", None),
+    "compile_fx_early": ("compile_fx", "early"),
+    "torch_compile": ("torch_compile", None),
+}
+
+
+@unittest.skipIf(torchvision_missing() is not None, str(torchvision_missing()))
+class RealModelResultsTests(TestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        torch._dynamo.reset()
+
+    @parametrize("path", list(PATHS))
+    @parametrize("model_name", CELL_MODELS)
+    def test_real_model_with_freezing_matches_eager(self, model_name: str, path: str) -> None:
+        """One compile (freezing is never cached) returns eager's numbers."""
+        entry, timing = PATHS[path]
+        model, x = make_real_model(model_name)
+        patches: dict[str, object] = {"freezing": True}
+        if timing is not None:
+            patches["pre_grad_pass_timing"] = timing
+        with torch.no_grad(), inductor_config.patch(patches):
+            expected = model(x)
+            if entry == "compile_fx":
+                compiled = compile_fx(torch.fx.symbolic_trace(model), [x])
+            else:
+                compiled = torch.compile(model)
+            actual = compiled(x)
+        got = actual[0] if isinstance(actual, (list, tuple)) else actual
+        torch.testing.assert_close(
+            got, expected, **TOLERANCE,
+            msg=lambda m: (f"{model_name} via {path}: max abs error "
+                           f"{max_abs_error(actual, expected):.4g} on outputs up to "
+                           f"{float(expected.abs().max()):.3g}\n{m}"),
+        )
+
+
+instantiate_parametrized_tests(RealModelResultsTests)

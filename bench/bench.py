@@ -39,6 +39,7 @@ FULL = (
     + [("transformer", 4, "infer", custom) for custom in ("none", "uuid", "nouuid", "fakeprop")]
     + [("transformer", 4, "train", custom) for custom in ("none", "fakeprop")]
     + [("convbn", 8, "infer", "none")]
+    + [("resnet50", 2, "infer", custom) for custom in ("none", "fakeprop")]
 )
 QUICK = [("chain", 250, "infer", "none"), ("chain", 1000, "infer", "fakeprop"),
          ("transformer", 2, "train", "uuid")]
@@ -65,7 +66,8 @@ def median_spread(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
-def summarize(runs: list[dict[str, Any]], configs: list[tuple[str, int, str, str]]) -> str:
+def summarize(runs: list[dict[str, Any]], configs: list[tuple[str, int, str, str]],
+              upstream: str = "upstream") -> str:
     def pick(config: tuple, build: str, phase: str, key: str) -> list[float]:
         return [r[key] for r in runs
                 if tuple(r["config"]) == config and r["build"] == build and r["phase"] == phase]
@@ -74,7 +76,7 @@ def summarize(runs: list[dict[str, Any]], configs: list[tuple[str, int, str, str
         "Warm start (new process, cache directory filled by the cold run): median of the "
         "repeats, [min–max]. Ratios compare medians; below 1.00 means patched is faster.",
         "",
-        "| configuration | FX nodes | warm s: stock | patched | upstream 2.12 | patched/stock "
+        f"| configuration | FX nodes | warm s: stock | patched | {upstream} | patched/stock "
         "| patched/upstream | warm pre-grad s: stock | patched | upstream | pre-grad s saved "
         "| pre-grad calls cold+warm (S/P/U) | warm AOT hit (S/P/U) | = eager |",
         "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|",
@@ -235,7 +237,8 @@ def report(info: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> int:
     for run in runs:
         if tuple(run["config"]) not in configs:
             configs.append(tuple(run["config"]))
-    table = summarize(runs, configs)
+    version = info["torch"].get("upstream", "").split("+")[0]
+    table = summarize(runs, configs, f"upstream {version}".strip())
     header = (f"Machine: {info['machine']['cpu']}, {info['machine']['cores']} cores; "
               f"{info['machine']['date']}; repeats: {info['repeats']}; builds: "
               + ", ".join(f"{b} = torch {v}" for b, v in info["torch"].items())

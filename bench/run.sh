@@ -8,7 +8,8 @@
 # small venv with matplotlib, then runs
 #
 # - bench/bench.py: compiles every configuration cold and warm in new
-#   processes, stock 2.11.0, patched 2.11.0 and upstream 2.12.0 interleaved;
+#   processes, stock 2.11.0, patched 2.11.0 and upstream 2.15.0 (what `pip
+#   install torch` gives, and the newest release) interleaved;
 #   writes DIR/results.json, results.md, warm_breakdown.png and
 #   pregrad_vs_size.png (DIR defaults to bench-out/). --quick, --repeats
 #   (default 3) and --only are its options.
@@ -16,7 +17,7 @@
 #   first compiled result, warm cache directory) of stock 2.11.0, patched
 #   2.11.0 (default topic; the copy torch-2.11.0-patched-default), patched
 #   2.11.0 with both topics (torch-2.11.0-patched-isa; both copies are remade
-#   on every run) and upstream 2.14.1,
+#   on every run) and upstream 2.15.0,
 #   round-robin; adds its section to DIR/results.json and results.md and
 #   writes DIR/warm_start_process.png. 5 repeats (2 with --quick); with
 #   --warm-start-only only this figure is made and --repeats N sets them.
@@ -66,8 +67,8 @@ stock="$("$scripts/venv.sh" 2.11.0 | tail -n 1)"
 patched="$("$scripts/venv.sh" 2.11.0 --patched-copy torch-2.11.0-patched-default | tail -n 1)"
 patched_isa="$("$scripts/venv.sh" 2.11.0 --patched-copy torch-2.11.0-patched-isa \
   -- --topic pre-grad-pass-timing --topic cpu-isa-probe | tail -n 1)"
-newest="$("$scripts/venv.sh" 2.14.1 | tail -n 1)"
-[ "$warm_only" = 1 ] || upstream="$("$scripts/venv.sh" 2.12.0 | tail -n 1)"
+newest="$("$scripts/venv.sh" 2.15.0 | tail -n 1)"
+upstream="$newest"
 
 tools="$cache/venvs/bench-tools"
 stamp="$(sha256sum "$repo/requirements/bench.txt" | cut -d' ' -f1)"

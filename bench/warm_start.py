@@ -18,7 +18,7 @@ filled by one untimed run first (compiled graphs, the ISA test libraries and,
 where the build has them, the probe's `.load_ok` markers). Then every repeat
 starts each build once, the order rotating every repeat. The builds: stock
 2.11.0, patched 2.11.0 (default topic, pre-grad-pass-timing), patched 2.11.0
-with both topics (plus cpu-isa-probe) and upstream (2.14.1, the newest).
+with both topics (plus cpu-isa-probe) and upstream (2.15.0, the newest).
 
 Writes the key "warm_start_process" into DIR/results.json (the rest of the file
 is kept), the section between the warm-start markers of DIR/results.md (added
@@ -297,7 +297,7 @@ def report(data: dict[str, Any], out: Path) -> int:
     print("side by side: " + "   ".join(
         f"{s[b]['name']} {s[b]['median']:.2f} s ×{r[f'{b}/upstream']:.2f}" for b in BUILDS))
     print(f"{s['patched-isa']['name']} ÷ {s['stock']['name']}: {r['patched-isa/stock']:.2f}")
-    print("README rows (build | s to first result | ÷ 2.14.1 | of which ISA probe):")
+    print("README rows (build | s to first result | ÷ upstream | of which ISA probe):")
     for b in BUILDS:
         x = s[b]
         print(f"| {x['name']} | {x['median']:.2f} [{x['min']:.2f}–{x['max']:.2f}] | "

@@ -22,28 +22,35 @@ def cache_cell(counts: dict[str, Any], prefix: str) -> str:
 
 def print_table(columns: list[tuple[str, dict[str, Any]]]) -> None:
     cell = ["pre-grad", "AOT cache", "FX cache", "= eager"]
-    widths = [8, 9, 8, 7]
-    head = f"{'':<26}{'':<6}" + "".join(
+    widths = [8, 9, 8, 11]
+    head = f"{'':<29}{'':<6}" + "".join(
         f"| {label:<{sum(widths) + 2 * len(widths) - 2}} " for label, _ in columns
     )
-    sub = f"{'scenario':<26}{'':<6}" + "".join(
+    sub = f"{'scenario':<29}{'':<6}" + "".join(
         "| " + "  ".join(f"{c:<{w}}" for c, w in zip(cell, widths)) + " "
         for _ in columns
     )
     print(head.rstrip())
     print(sub.rstrip())
     print("-" * len(sub.rstrip()))
-    scenarios = list(columns[0][1]["scenarios"])
+    scenarios: list[str] = []
+    for _, report in columns:
+        scenarios += [name for name in report["scenarios"] if name not in scenarios]
     for scenario in scenarios:
         for phase in ("cold", "warm"):
-            row = f"{scenario if phase == 'cold' else '':<26}{phase:<6}"
+            row = f"{scenario if phase == 'cold' else '':<29}{phase:<6}"
             for _, report in columns:
+                if scenario not in report["scenarios"]:  # torchvision missing there
+                    values = ["n/a", "", "", ""]
+                    row += "| " + "  ".join(f"{v:<{w}}" for v, w in zip(values, widths)) + " "
+                    continue
                 counts = report["scenarios"][scenario][phase]
                 values = [
                     str(counts["pre_grad_runs"]),
                     cache_cell(counts, "aot"),
                     cache_cell(counts, "fx"),
-                    "yes" if counts["matches_eager"] else "NO",
+                    "yes" if counts["matches_eager"]
+                    else f"NO ({counts.get('max_abs_error', float('nan')):.3g})",
                 ]
                 row += "| " + "  ".join(f"{v:<{w}}" for v, w in zip(values, widths)) + " "
             print(row.rstrip())

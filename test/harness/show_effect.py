@@ -9,8 +9,12 @@ one step of a small MLP with torch.compile against an empty cache directory
 ran its pre-grad passes and the AOTAutograd / FX graph cache hits, misses and
 bypasses. A last scenario is the results fix: a conv -> BatchNorm module
 compiled for CPU inference with freezing through compile_fx, compared with
-eager (freezing bypasses the AOTAutogradCache). test/harness/effect_table.py prints the reports of several torch builds
-side by side.
+eager (freezing bypasses the AOTAutogradCache), and the same for a real
+network: torchvision's resnet50 (random weights, trained-like BatchNorms;
+test/dynamo/real_models.py) through compile_fx and through torch.compile. A
+result that differs from eager carries its max abs error.
+test/harness/effect_table.py prints the reports of several torch builds side
+by side.
 """
 
 from __future__ import annotations
@@ -63,10 +67,12 @@ def train_step(model: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     return out.detach()
 
 
-def outcome(pre_grad_runs: int, matches_eager: bool) -> dict[str, Any]:
+def outcome(pre_grad_runs: int, matches_eager: bool, error: float = 0.0) -> dict[str, Any]:
     """One compile's report: pre-grad pass runs, the caches' counters since
-    they were last cleared, and whether the result equals eager."""
+    they were last cleared, whether the result equals eager and, for the
+    freezing scenarios, the max abs error."""
     return {
+        "max_abs_error": error,
         "pre_grad_runs": pre_grad_runs,
         "aot_hit": counters["aot_autograd"]["autograd_cache_hit"],
         "aot_miss": counters["aot_autograd"]["autograd_cache_miss"],
@@ -104,7 +110,31 @@ def conv_bn_freezing(calls: list[int]) -> dict[str, Any]:
         expected = model(inputs)
         out = compile_fx(torch.fx.symbolic_trace(model), [inputs])(inputs)
     out = out[0] if isinstance(out, (list, tuple)) else out
-    return outcome(calls[0] - before, bool(torch.allclose(out, expected, atol=1e-4, rtol=1e-4)))
+    return outcome(calls[0] - before, bool(torch.allclose(out, expected, atol=1e-4, rtol=1e-4)),
+                   float((out - expected).abs().max()))
+
+
+def real_model_freezing(entry: str, calls: list[int]) -> dict[str, Any]:
+    """resnet50 for CPU inference with freezing: `compile_fx` on its
+    symbolic_trace (convs stay modules, as in fx-based pipelines) or
+    `torch.compile` (Dynamo lifts the parameters)."""
+    from torch._inductor.compile_fx import compile_fx
+
+    from real_models import make_real_model, max_abs_error, TOLERANCE
+
+    model, inputs = make_real_model("resnet50")
+    torch._dynamo.reset()
+    counters.clear()
+    before = calls[0]
+    with torch.no_grad(), inductor_config.patch(freezing=True):
+        expected = model(inputs)
+        if entry == "compile_fx":
+            out = compile_fx(torch.fx.symbolic_trace(model), [inputs])(inputs)
+        else:
+            out = torch.compile(model)(inputs)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    return outcome(calls[0] - before, bool(torch.allclose(out, expected, **TOLERANCE)),
+                   max_abs_error(out, expected))
 
 
 def main() -> None:
@@ -142,6 +172,23 @@ def main() -> None:
         warm = conv_bn_freezing(calls)
     report["scenarios"][name] = {"cold": cold, "warm": warm}
     print(f"  {torch.__version__}: {name} done", file=sys.stderr, flush=True)
+    from real_models import torchvision_missing
+
+    missing = torchvision_missing()
+    for name, entry in (("resnet50, freezing (fx)", "compile_fx"),
+                        ("resnet50, freezing (compile)", "torch_compile")):
+        if missing:
+            print(f"  {torch.__version__}: {name} left out: {missing}", file=sys.stderr, flush=True)
+            continue
+        with (
+            tempfile.TemporaryDirectory() as cache_dir,
+            fresh_cache(dir=cache_dir),
+            count_run_pre_grad_passes() as calls,
+        ):
+            cold = real_model_freezing(entry, calls)
+            warm = real_model_freezing(entry, calls)
+        report["scenarios"][name] = {"cold": cold, "warm": warm}
+        print(f"  {torch.__version__}: {name} done", file=sys.stderr, flush=True)
     print(json.dumps(report))
 
 

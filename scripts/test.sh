@@ -16,7 +16,9 @@
 #   - stock: each test must pass or fail exactly as
 #     test/dynamo/stock_expectations.py says (the behaviour, stale-hit and
 #     remote-cache tests fail on every base without the feature; the result
-#     tests fail where upstream returns wrong numbers), so a test that cannot
+#     tests, real torchvision networks among them (test/torchvision.tsv pins
+#     each release's torchvision), fail where upstream returns wrong
+#     numbers), so a test that cannot
 #     fail is caught; a full-tier stock run keeps the tests whose stock
 #     outcome differs from patched, all of 2.12.0 and the tool suites
 #     (stock_expectations.checks_something_on_stock);

@@ -3,7 +3,7 @@
 Real compiles on the CPU, inference under torch.no_grad: the table of the
 results issue (module x entry point x freezing x timing, a cold and a warm
 compile in each test) and a hypothesis property over random module stacks.
-Upstream 2.12.0-2.14.1 fail the conv -> BatchNorm cells of `compile_fx` with
+Upstream 2.12.0-2.15.0 fail the conv -> BatchNorm cells of `compile_fx` with
 freezing under late timing (the late passes swap the conv after its weights
 were captured), and every stock release fails the shared-conv cells (the BN
 is folded into a conv that is also used without it). scripts/test.sh checks

@@ -95,7 +95,7 @@ def compile_once(model: torch.nn.Module, inputs: torch.Tensor, calls: list[int])
 def conv_bn_freezing(calls: list[int]) -> dict[str, Any]:
     """The results fix: conv -> BatchNorm in eval mode, CPU inference with
     freezing, an FX graph from symbolic_trace handed to compile_fx. Upstream
-    2.12.0-2.14.1 fold the BN after the conv weights were captured."""
+    2.12.0-2.15.0 fold the BN after the conv weights were captured."""
     from torch._inductor.compile_fx import compile_fx
 
     torch.manual_seed(0)

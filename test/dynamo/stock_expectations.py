@@ -60,6 +60,16 @@ AUTOCAST_TESTS = {
 # Run on patched builds only (scripts/test.sh): what stock does across two
 # processes, the one-process tests above already show.
 AUTOCAST_PATCHED_ONLY = {"test_processes_sharing_a_cache_get_their_own_autocast_dtype"}
+# Autocast on CUDA (test_cuda_autocast_cache.py; run by scripts/gpu-check.sh
+# only, it skips without a CUDA device): test -> the stock releases it passes
+# on. The call-site region is the ambient CUDA dtype, which #181564 keys
+# (every enabled device's dtype) from 2.13, as on the CPU; the warm hit that
+# runs no pre-grad pass is the feature's, from 2.12. Not yet seen on a GPU.
+CUDA_AUTOCAST_TESTS = {
+    "test_bfloat16_compile_after_float16_gets_bfloat16":
+        lambda rel: rel >= AMBIENT_DTYPE_KEYED_SINCE,
+    "test_warm_compile_hits_and_runs_no_pre_grad_pass": lambda rel: rel >= FEATURE_SINCE,
+}
 # torchao's x86 PT2E flow (test_torchao_quant_lift_up.py): test -> the stock
 # releases it passes on. QuantLiftUp has a uuid, so with the feature a warm
 # AOTAutogradCache hit skips it; before 2.12 every pass runs on every compile.
@@ -115,6 +125,10 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
         if test_name not in AUTOCAST_TESTS:
             raise ValueError(f"no stock expectations for test_autocast_cache.py::{test_name}")
         return "pass" if AUTOCAST_TESTS[test_name](release(version)) else "fail"
+    if test_file == "test_cuda_autocast_cache.py":
+        if test_name not in CUDA_AUTOCAST_TESTS:
+            raise ValueError(f"no stock expectations for test_cuda_autocast_cache.py::{test_name}")
+        return "pass" if CUDA_AUTOCAST_TESTS[test_name](release(version)) else "fail"
     if test_file == "test_release_identification.py":
         return "pass"  # the tool's choice of series, on stock and patched alike
     if test_file == "test_real_install_round_trip.py":
@@ -128,6 +142,8 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
         return "pass" if TORCHAO_TESTS[test_name](release(version)) else "fail"
     has_feature = release(version) >= FEATURE_SINCE
     if test_file == "test_real_models.py":
+        if test_name == "test_the_documented_check_prints_eager_numbers":
+            return "fail" if has_feature else "pass"  # compile_fx, default timing
         real = REAL_MODEL_CELL.match(test_name)
         if real is None:
             raise ValueError(f"no stock expectations for test_real_models.py::{test_name}")
@@ -181,8 +197,10 @@ def checks_something_on_stock(version: str, test_file: str, test_name: str) -> b
     run on stock either (the probe is the reference probe there)."""
     if test_file in TOOL_SUITES:
         return True
-    if test_file == "test_real_models.py" and REAL_MODEL_CELL.match(test_name)["path"] == "compile_fx":
-        return True  # the real-network cell a user asks about: stock beside patched on every release
+    if test_file == "test_real_models.py" and (
+            test_name == "test_the_documented_check_prints_eager_numbers"
+            or REAL_MODEL_CELL.match(test_name)["path"] == "compile_fx"):
+        return True  # what users ask about: stock beside patched on every release
     rel = release(version)
     if test_file == "test_cpu_isa_probe.py":
         return isa_probe_outcome(rel, test_name) == "fail"

@@ -221,6 +221,9 @@ setup_release() {  # setup_release VERSION: the stock venv and its patched copy
     echo "test.sh: applying the series to a copy of the torch $version venv failed; see $logs/venvs.log" >&2; exit 1
   fi
   echo "   $version: stock ${stock[$version]}, patched ${patched[$version]} ($(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s in)" >&2
+  # A release the index has no torchvision built for: say what it got.
+  awk -F'\t' -v release="$version" '!/^#/ && $1 == release && $3 !~ /^built for torch / {
+    print "   " release ": torchvision " $2 " (" $3 ")"}' test/torchvision.tsv >&2
 }
 
 build_wheel() {  # the patched 2.11.0 wheel, pip-installed into a copy of the stock venv

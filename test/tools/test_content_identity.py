@@ -121,7 +121,18 @@ class ContentIdentityTest(ScratchTestCase):
         self.assertEqual(self.levels(("2.12.0", make_site(self.tmp, "2.12.0")),
                                      ("2.12.1", make_site(self.tmp, "2.12.1", edits))),
                          [("2.12.0", "full"), ("2.12.1", "short")])
-        self.assertEqual(len(IGNORED), 6)
+        self.assertEqual(len(IGNORED), 7)
+
+    def test_the_torchvision_pinned_for_each_release_is_ignored(self) -> None:
+        sites = []
+        for release, torchvision in (("2.12.0", "0.27.0"), ("2.12.1", "0.27.1")):
+            site = make_site(self.tmp, release)
+            other = site / f"torchvision-{torchvision}.dist-info"
+            other.mkdir()
+            (other / "METADATA").write_text(
+                f"Metadata-Version: 2.1\nName: torchvision\nVersion: {torchvision}\n")
+            sites.append((release, site))
+        self.assertEqual(self.levels(*sites), [("2.12.0", "full"), ("2.12.1", "short")])
 
     def test_the_same_files_with_other_series_in_the_release_table_run_in_full(self) -> None:
         # patches/releases.tsv gives 2.11.0 and 2.12.0 other series: no shared run.

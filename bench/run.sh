@@ -22,9 +22,13 @@
 #   writes DIR/warm_start_process.png. 5 repeats (2 with --quick); with
 #   --warm-start-only only this figure is made and --repeats N sets them.
 #
-# The full run takes about 35 minutes on 2 cores (it prints progress and an
-# estimate); --quick about 5; --warm-start-only about 6 (5 repeats). Keep the
-# machine otherwise idle: the figures are wall-clock times.
+# How long (it prints progress and an estimate): each configuration is 18
+# processes, each paying the per-process CPU-ISA probe (7-15 s on CUDA wheels,
+# outside the clock) besides its compile: about 8 minutes a configuration on
+# 2 cores (2026-12-03: --only with 4 configurations, 32 min), so the full run
+# of 15 takes about two hours; --quick (3 of them) about 20 min;
+# --warm-start-only about 6 (5 repeats). Keep the machine otherwise idle: the
+# figures are wall-clock times.
 # Exit codes: 0 done; 1 a step failed; 2 usage error.
 set -euo pipefail
 

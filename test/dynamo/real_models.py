@@ -36,6 +36,15 @@ def torchvision_missing() -> str | None:
     except ImportError as error:
         return (f"torchvision is not importable ({error}); test/torchvision.tsv names the "
                 "release scripts/venv.sh installs for each torch, or why none")
+    except RuntimeError as error:
+        # A torchvision whose C++ extension does not load in this torch build
+        # (PyPI's CUDA torchvision beside a +cpu torch) fails its import while
+        # registering fake kernels for ops that were never defined.
+        from importlib.metadata import version
+
+        return (f"torchvision {version('torchvision')} does not import with torch "
+                f"{torch.__version__} ({error}): its C++ extension is not built for this "
+                "torch build, and the index has none that is (test/torchvision.tsv)")
     return None
 
 

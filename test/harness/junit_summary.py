@@ -46,8 +46,12 @@ def by_suite(report: str, version: str | None, patched: str | None = None) -> in
     suites: dict[str, list[int]] = {}
     wrong: list[str] = []
     for test, outcome in by_test(report).items():
-        module = test.split("::", 1)[0].rsplit(".", 2)[-2] + ".py"
-        name = test.split("::", 1)[1]
+        classname, name = test.split("::", 1)
+        if not classname:  # a file that failed to collect: name is its dotted path
+            suites.setdefault(name.rsplit(".", 1)[-1] + ".py", [0, 0, 0, 0])[1] += 1
+            wrong.append(f"  {outcome}: {name} did not collect (the log says why)")
+            continue
+        module = classname.rsplit(".", 2)[-2] + ".py"
         expected = (expected_outcome(version, module, name) if version
                     else expected_patched_outcome(patched, module, name) if patched
                     else "pass")

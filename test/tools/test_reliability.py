@@ -280,6 +280,22 @@ class ReliabilityTest(InstallTestCase):
         self.assertIn("test_pre_grad_pass_timing.py|0 passed, 0 failed, 1 expected-fail|ok",
                       result.stdout)
 
+    def test_summary_counts_a_file_that_did_not_collect_as_failed(self) -> None:
+        """pytest reports a collection error as a test case without a class:
+        its suite fails, naming the file, instead of the summary crashing (the
+        run then said "ran no test (all deselected?)")."""
+        report = self.tmp / "report.xml"
+        report.write_text("""<testsuites><testsuite>
+<testcase classname="" name="test.dynamo.test_real_models"><error message="collection failure"/>
+</testcase></testsuite></testsuites>""")
+        summary = REPO / "test" / "harness" / "junit_summary.py"
+        result = subprocess.run(["python3", str(summary), str(report), "--by-suite",
+                                 "--expect-stock", "2.13.0"], capture_output=True, text=True)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stdout,
+                         "test_real_models.py|0 passed, 1 failed, 0 expected-fail|FAILED\n")
+        self.assertIn("test.dynamo.test_real_models did not collect", result.stderr)
+
     def test_nothing_stray_is_tracked(self) -> None:
         tracked = subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True,
                                  text=True, check=True).stdout.splitlines()

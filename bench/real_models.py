@@ -28,25 +28,19 @@ DEFAULT_MODELS = "resnet18,resnet50,mobilenet_v3_small,efficientnet_b0,densenet1
 def child(models: list[str]) -> None:
     sys.path.insert(0, str(HERE.parent / "test" / "dynamo"))
     import torch
-    from torch._inductor import config as inductor_config
-    from torch._inductor.compile_fx import compile_fx
 
-    from real_models import make_real_model, max_abs_error
+    from real_models import compile_with_freezing, make_real_model, max_abs_error
 
     rows: dict[str, Any] = {"torch": torch.__version__, "models": {}}
     for name in models:
         model, x = make_real_model(name)
-        row: dict[str, float] = {}
-        with torch.no_grad(), inductor_config.patch(freezing=True):
+        with torch.no_grad():
             expected = model(x)
-            row["scale"] = float(expected.abs().max())
-            for entry in ("compile_fx", "torch_compile"):
-                torch._dynamo.reset()
-                start = time.perf_counter()
-                compiled = (compile_fx(torch.fx.symbolic_trace(model), [x]) if entry == "compile_fx"
-                            else torch.compile(model))
-                row[entry] = max_abs_error(compiled(x), expected)
-                row[f"{entry}_seconds"] = time.perf_counter() - start
+        row: dict[str, float] = {"scale": float(expected.abs().max())}
+        for entry in ("compile_fx", "torch_compile"):
+            start = time.perf_counter()
+            row[entry] = max_abs_error(compile_with_freezing(entry, model, x), expected)
+            row[f"{entry}_seconds"] = time.perf_counter() - start
         rows["models"][name] = row
         print(f"  {torch.__version__} {name}: compile_fx {row['compile_fx']:.3g}, "
               f"torch.compile {row['torch_compile']:.3g}", file=sys.stderr, flush=True)

@@ -122,10 +122,9 @@ def build(workload: str, size: int, mode: str) -> tuple[torch.nn.Module, torch.T
         return convbn(size).eval(), torch.randn(1, 3, 16, 16)
     if workload == "resnet50":
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "test" / "dynamo"))
-        from real_models import make_real_model, REAL_MODELS
+        from real_models import make_real_model
 
-        REAL_MODELS["resnet50"] = (size, 3, 64, 64)
-        return make_real_model("resnet50")
+        return make_real_model("resnet50", batch=size)
     raise SystemExit(f"unknown workload {workload!r}")
 
 

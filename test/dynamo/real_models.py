@@ -65,19 +65,38 @@ def set_trained_like_batchnorms(model: torch.nn.Module, example: torch.Tensor) -
         model.eval()
 
 
-def make_real_model(name: str, seed: int = 0) -> tuple[torch.nn.Module, torch.Tensor]:
+def make_real_model(name: str, seed: int = 0,
+                    batch: int | None = None) -> tuple[torch.nn.Module, torch.Tensor]:
     """torchvision's `name` (random weights, trained-like BatchNorms, eval
-    mode) and an input for it."""
+    mode) and an input for it (REAL_MODELS's shape, or `batch` images)."""
     import torchvision
 
     torch.manual_seed(seed)
+    shape = REAL_MODELS[name]
+    if batch is not None:
+        shape = (batch, *shape[1:])
     model = getattr(torchvision.models, name)(weights=None)
-    example = torch.randn(*REAL_MODELS[name])
-    set_trained_like_batchnorms(model, example)
-    return model, torch.randn(*REAL_MODELS[name])
+    set_trained_like_batchnorms(model, torch.randn(*shape))
+    return model, torch.randn(*shape)
 
 
-def max_abs_error(actual: object, expected: torch.Tensor) -> float:
-    got = actual[0] if isinstance(actual, (list, tuple)) else actual
-    assert isinstance(got, torch.Tensor)
-    return float((got - expected).abs().max())
+def compile_with_freezing(entry: str, model: torch.nn.Module, x: torch.Tensor,
+                          **config: object) -> torch.Tensor:
+    """One compile for inference with freezing (and `config`), run on `x`:
+    entry "compile_fx" hands Inductor the symbolic_trace'd module (its convs
+    stay modules, as fx-based pipelines pass them), "torch_compile" goes
+    through Dynamo (which lifts the parameters)."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.compile_fx import compile_fx
+
+    torch._dynamo.reset()
+    with torch.no_grad(), inductor_config.patch({"freezing": True, **config}):
+        if entry == "compile_fx":
+            out = compile_fx(torch.fx.symbolic_trace(model), [x])(x)
+        else:
+            out = torch.compile(model)(x)
+    return out[0] if isinstance(out, (list, tuple)) else out
+
+
+def max_abs_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return float((actual - expected).abs().max())

@@ -20,15 +20,19 @@ import unittest
 from pathlib import Path
 
 import torch
-from torch._inductor import config as inductor_config
-from torch._inductor.compile_fx import compile_fx
 from torch._inductor.test_case import TestCase
 from torch.testing._internal.common_utils import (
     instantiate_parametrized_tests,
     parametrize,
 )
 
-from real_models import make_real_model, max_abs_error, TOLERANCE, torchvision_missing
+from real_models import (
+    compile_with_freezing,
+    make_real_model,
+    max_abs_error,
+    TOLERANCE,
+    torchvision_missing,
+)
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results-fixes.md"
 CELL_MODELS = ["resnet50", "mobilenet_v3_small"]
@@ -52,19 +56,12 @@ class RealModelResultsTests(TestCase):
         """One compile (freezing is never cached) returns eager's numbers."""
         entry, timing = PATHS[path]
         model, x = make_real_model(model_name)
-        patches: dict[str, object] = {"freezing": True}
-        if timing is not None:
-            patches["pre_grad_pass_timing"] = timing
-        with torch.no_grad(), inductor_config.patch(patches):
+        with torch.no_grad():
             expected = model(x)
-            if entry == "compile_fx":
-                compiled = compile_fx(torch.fx.symbolic_trace(model), [x])
-            else:
-                compiled = torch.compile(model)
-            actual = compiled(x)
-        got = actual[0] if isinstance(actual, (list, tuple)) else actual
+        config = {} if timing is None else {"pre_grad_pass_timing": timing}
+        actual = compile_with_freezing(entry, model, x, **config)
         torch.testing.assert_close(
-            got, expected, **TOLERANCE,
+            actual, expected, **TOLERANCE,
             msg=lambda m: (f"{model_name} via {path}: max abs error "
                            f"{max_abs_error(actual, expected):.4g} on outputs up to "
                            f"{float(expected.abs().max()):.3g}\n{m}"),

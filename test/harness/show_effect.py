@@ -118,21 +118,14 @@ def real_model_freezing(entry: str, calls: list[int]) -> dict[str, Any]:
     """resnet50 for CPU inference with freezing: `compile_fx` on its
     symbolic_trace (convs stay modules, as in fx-based pipelines) or
     `torch.compile` (Dynamo lifts the parameters)."""
-    from torch._inductor.compile_fx import compile_fx
-
-    from real_models import make_real_model, max_abs_error, TOLERANCE
+    from real_models import compile_with_freezing, make_real_model, max_abs_error, TOLERANCE
 
     model, inputs = make_real_model("resnet50")
-    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = model(inputs)
     counters.clear()
     before = calls[0]
-    with torch.no_grad(), inductor_config.patch(freezing=True):
-        expected = model(inputs)
-        if entry == "compile_fx":
-            out = compile_fx(torch.fx.symbolic_trace(model), [inputs])(inputs)
-        else:
-            out = torch.compile(model)(inputs)
-    out = out[0] if isinstance(out, (list, tuple)) else out
+    out = compile_with_freezing(entry, model, inputs)
     return outcome(calls[0] - before, bool(torch.allclose(out, expected, **TOLERANCE)),
                    max_abs_error(out, expected))
 

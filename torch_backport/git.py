@@ -1,0 +1,178 @@
+"""The one place the package starts git: a runner whose configuration is
+isolated (no system or global config, C locale, no prompts), the
+throw-away index that tries patches without writing anything into the
+repository (objects included), and the conflict report that names the hunk
+and the conflicting lines.
+
+A user's checkout keeps its own repository config (.git/config) and its
+committer identity, which `identity()` reads once with the user's
+configuration and the runner then passes on; a scratch repository gets a
+fixed identity and date, so what it makes is the same on every machine."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, IO, Iterator, List, Optional, Sequence, Tuple, Union
+
+from torch_backport.errors import Refused
+
+ISOLATED = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C",
+            "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
+SCRATCH_AUTHOR = ("torch-pregrad-backport new-base", "new-base@torch-pregrad-backport.invalid")
+SCRATCH_DATE = "2026-01-01T00:00:00+00:00"
+FAILED_HUNK_RE = re.compile(r"^error: patch failed: (\S+):(\d+)$", re.MULTILINE)
+MAX_CONFLICT_LINES = 60
+
+
+@dataclasses.dataclass(frozen=True)
+class Git:
+    """git in one repository, with an environment of its own on top of ISOLATED."""
+    repo: Path
+    env: Tuple[Tuple[str, str], ...] = ()
+
+    def environ(self, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        return {**os.environ, **ISOLATED, **dict(self.env), **(extra or {})}
+
+    def with_env(self, **extra: str) -> "Git":
+        return dataclasses.replace(self, env=tuple({**dict(self.env), **extra}.items()))
+
+    def __call__(self, *args: str, check: bool = True, input: Union[str, bytes, None] = None,
+                 binary: bool = False) -> "subprocess.CompletedProcess[Any]":
+        result = subprocess.run(["git", "-C", str(self.repo), *args], capture_output=True,
+                                text=not binary, env=self.environ(), input=input)
+        if check and result.returncode != 0:
+            error = result.stderr if not binary else result.stderr.decode(errors="replace")
+            raise Refused(f"git {' '.join(args[:3])} failed in {self.repo}:\n{error.strip()}")
+        return result
+
+    def stream(self, *args: str, errors: IO[bytes]) -> "subprocess.Popen[bytes]":
+        """git with its output as a pipe, for a history too long to hold."""
+        return subprocess.Popen(["git", "-C", str(self.repo), *args], env=self.environ(),
+                                stdout=subprocess.PIPE, stderr=errors)
+
+    def ok(self, *args: str) -> bool:
+        return self(*args, check=False).returncode == 0
+
+    def git_path(self, name: str) -> Path:
+        path = Path(self(*["rev-parse", "--git-path", name]).stdout.strip())
+        return path if path.is_absolute() else self.repo / path
+
+
+def identity(repo: Path) -> Optional[Dict[str, str]]:
+    """The committer and author a user's checkout commits as, read with the
+    user's own configuration; None if git has none."""
+    found: Dict[str, str] = {}
+    for who in ("AUTHOR", "COMMITTER"):
+        result = subprocess.run(["git", "-C", str(repo), "var", f"GIT_{who}_IDENT"],
+                                capture_output=True, text=True)
+        match = re.match(r"^(.*) <(.*)> \d+ [-+]\d{4}$", result.stdout.strip())
+        if result.returncode != 0 or match is None:
+            return None
+        found[f"GIT_{who}_NAME"], found[f"GIT_{who}_EMAIL"] = match.group(1), match.group(2)
+    return found
+
+
+def checkout(repo: Path) -> Git:
+    """The runner for a user's checkout: isolated, committing as the user."""
+    return Git(repo, tuple((identity(repo) or {}).items()))
+
+
+def scratch(repo: Path) -> Git:
+    """The runner for a repository this project makes (new-base's replay,
+    applying a series in memory): a fixed identity and date."""
+    name, email = SCRATCH_AUTHOR
+    return Git(repo).with_env(GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=email,
+                              GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email,
+                              GIT_AUTHOR_DATE=SCRATCH_DATE, GIT_COMMITTER_DATE=SCRATCH_DATE)
+
+
+def init_scratch(repo: Path) -> Git:
+    repo.mkdir(parents=True, exist_ok=True)
+    git = scratch(repo)
+    git("init", "-q")
+    return git
+
+
+@contextlib.contextmanager
+def throwaway_index(git: Git) -> Iterator[Git]:
+    """`git` with an index read from HEAD and an object directory that
+    nothing else sees: what is tried there (`apply --cached`, `hash-object
+    -w`) changes no ref, index, file or object of the repository. The
+    repository's objects stay readable as an alternate."""
+    objects = git.git_path("objects").resolve()
+    with tempfile.TemporaryDirectory(prefix="pregrad-trial-") as tmp:
+        (Path(tmp) / "objects").mkdir()
+        trial = git.with_env(GIT_INDEX_FILE=str(Path(tmp) / "index"),
+                             GIT_OBJECT_DIRECTORY=str(Path(tmp) / "objects"),
+                             GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects))
+        trial("read-tree", "HEAD")
+        yield trial
+
+
+def failed_hunks(git: Git, patch: Path) -> List[Tuple[str, int]]:
+    """(path, pre-image line) of each hunk of `patch` that does not apply
+    to HEAD as it is, tried in a throw-away index."""
+    with throwaway_index(git) as trial:
+        check = trial("apply", "--cached", "--check", "--verbose", str(patch), check=False)
+    return [(rel, int(line)) for rel, line in FAILED_HUNK_RE.findall(check.stderr)]
+
+
+def hunk_header(patch_text: str, rel: str, line: int) -> str:
+    """The `@@ -line,... @@` header of `rel`'s hunk starting at `line`."""
+    start = patch_text.find(f"diff --git a/{rel} b/{rel}")
+    section = patch_text[start:] if start >= 0 else ""
+    end = section.find("\ndiff --git ", 1)
+    section = section if end < 0 else section[:end]
+    header = re.search(rf"^@@ -{line}(?:,\d+)? \+\d+(?:,\d+)? @@.*$", section, re.MULTILINE)
+    return header.group(0) if header else f"at line {line}"
+
+
+def conflict_report(git: Git, patch: Path, what: str) -> List[str]:
+    """Where a patch stopped (`git am -3` or `apply --3way` in the work
+    tree): the hunks that do not apply to `what`'s file, then the
+    conflicting lines of each unmerged file (at most MAX_CONFLICT_LINES)."""
+    text = patch.read_text()
+    lines = [f"  {rel}: hunk {hunk_header(text, rel, line)} does not apply to {what}'s file"
+             for rel, line in failed_hunks(git, patch)]
+    unmerged = git("diff", "--name-only", "--diff-filter=U").stdout.split()
+    budget = MAX_CONFLICT_LINES
+    for rel in unmerged:
+        content = (git.repo / rel).read_text(errors="replace").splitlines()
+        starts = [i for i, line in enumerate(content) if line.startswith("<<<<<<<")]
+        lines.append(f"  conflicting lines in {rel} ({len(starts)} region(s)):")
+        for start in starts:
+            end = next((i for i in range(start, len(content))
+                        if content[i].startswith(">>>>>>>")), len(content) - 1)
+            lines.append(f"    lines {start + 1}-{end + 1}:")
+            shown = content[start:end + 1][:max(budget, 0)]
+            lines += [f"    {start + 1 + i:>6}  {line}" for i, line in enumerate(shown)]
+            budget -= len(shown)
+            if budget <= 0:
+                lines.append("    ... (the rest is in the file)")
+                return lines
+    if len(lines) == 0:
+        lines.append("  git stopped without a conflicted file; see `git am --show-current-patch`")
+    return lines
+
+
+def write_tree(git: Git, files: Dict[str, bytes]) -> None:
+    """Write `files` into the work tree of a scratch repository."""
+    for rel, data in files.items():
+        (git.repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (git.repo / rel).write_bytes(data)
+
+
+def commit_all(git: Git, message: str) -> str:
+    git("add", "-A")
+    git("commit", "-q", "--allow-empty", "-m", message)
+    return str(git("rev-parse", "HEAD").stdout.strip())
+
+
+def args_of(paths: Sequence[Path]) -> List[str]:
+    return [str(path) for path in paths]

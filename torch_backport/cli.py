@@ -583,6 +583,11 @@ def engine(order: Dict[str, Any]) -> int:
             order["base"], Path(order["out"]), order["from_install"], Path(order["cache"]),
             chosen), "the output directory keeps a journal of what this run wrote; the "
             "next run finishes or replaces it")
+    if order["engine"] == "install-files":
+        # Another interpreter reads this one's torch (pristine.install_files).
+        from torch_backport.pristine import probe
+        print(json.dumps(probe(order["paths"])))
+        return 0
     if order["engine"] == "checkout":
         from torch_backport.checkout_mode import open_checkout
         return driver.run(order["command"], names, order["check"], open_checkout(

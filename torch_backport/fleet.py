@@ -9,31 +9,20 @@ simple index over every patched torch wheel in the output directory, which
 
 from __future__ import annotations
 
-import dataclasses
 import html
-import subprocess
-import sys
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 from torch_backport.fsio import atomic_write
 from torch_backport.patched_wheel import build, file_sha256
 from torch_backport.series import Refused, Topic
+from torch_backport.wheels import release_wheel, Target
 
 # What --all-platforms asks pip for: each platform tag is the newest pip
 # should accept (it takes any older manylinux or macOS wheel too).
 ALL_PLATFORMS = ("manylinux_2_39_x86_64", "manylinux_2_39_aarch64", "macosx_15_0_arm64",
                  "win_amd64")
 ALL_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
-
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-    platform: str  # a wheel platform tag pip's --platform takes
-    python: str  # "3.11"
-
-    def __str__(self) -> str:
-        return f"cp{self.python.replace('.', '')} {self.platform}"
 
 
 def targets(platforms: List[str], pythons: List[str], every: bool) -> List[Target]:
@@ -43,26 +32,6 @@ def targets(platforms: List[str], pythons: List[str], every: bool) -> List[Targe
         raise Refused("name a target: --platform TAG (repeat it), or --all-platforms")
     return [Target(platform, python) for platform in chosen_platforms
             for python in chosen_pythons]
-
-
-def download(version: str, target: Target, cache: Path) -> Optional[Path]:
-    """torch `version`'s wheel for `target`, downloaded once into the cache;
-    None if the index has none."""
-    folder = cache / "wheels" / f"cp{target.python.replace('.', '')}-{target.platform}"
-    found = sorted(folder.glob(f"torch-{version}*.whl"))
-    if found:
-        return found[0]
-    folder.mkdir(parents=True, exist_ok=True)
-    print(f"{target}: downloading the torch {version} wheel into {folder} ...", flush=True)
-    pip = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-         "--only-binary=:all:", "--implementation", "cp", "--platform", target.platform,
-         "--python-version", target.python, "-d", str(folder), f"torch=={version}"],
-        capture_output=True, text=True)
-    found = sorted(folder.glob(f"torch-{version}*.whl"))
-    if pip.returncode != 0 or not found:
-        return None
-    return found[0]
 
 
 def write_index(out: Path) -> Path:
@@ -91,7 +60,7 @@ def cmd_fleet(version: str, wanted: List[Target], every: bool, out: Path, cache:
     refused: List[str] = []
     for number, target in enumerate(wanted, 1):
         print(f"[{number}/{len(wanted)}] {target}")
-        source = download(version, target, cache)
+        source = release_wheel(version, target, cache, quiet=True)
         if source is None:
             missing.append(target)
             print(f"{target}: the index has no torch {version} wheel for it")

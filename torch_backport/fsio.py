@@ -14,12 +14,10 @@ import errno
 import fcntl
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator
 
-from torch_backport.series import Refused
 
 CACHE_ENV = "PREGRAD_CACHE"
 FAULT_ENV = "_PREGRAD_TEST_FAULT"
@@ -125,33 +123,3 @@ def cache_dir() -> Path:
     if explicit:
         return Path(explicit)
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pregrad-backport"
-
-
-def cached_wheels(cache: Path, version: str) -> List[Path]:
-    """Cached wheels of torch `version`, with or without a local build tag."""
-    wheels = cache / "wheels"
-    return sorted([*wheels.glob(f"torch-{version}-*.whl"),
-                   *wheels.glob(f"torch-{version}+*.whl")])
-
-
-def release_wheel(version: str, cache: Path) -> Path:
-    """The torch `version` wheel for this Python and platform, downloaded
-    with pip into the cache the first time."""
-    wheels = cache / "wheels"
-    candidates = cached_wheels(cache, version)
-    if not candidates:
-        wheels.mkdir(parents=True, exist_ok=True)
-        print(f"downloading the torch {version} wheel into {wheels} "
-              "(530-900 MB; pip prints its size, then its progress) ...", file=sys.stderr,
-              flush=True)
-        pip = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--python-version", f"{sys.version_info.major}.{sys.version_info.minor}",
-             "-d", str(wheels), f"torch=={version}"])
-        if pip.returncode != 0:
-            raise Refused(f"pip could not download torch=={version} (exit {pip.returncode}; "
-                          "its output is above); nothing was written")
-        candidates = cached_wheels(cache, version)
-    if not candidates:
-        raise Refused(f"pip did not produce a torch {version} wheel in {wheels}")
-    return candidates[0]

@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from torch_backport.driver import release_series
-from torch_backport.fsio import atomic_write, release_wheel, step
-from torch_backport.install import files_of_wheel, find_install, record_digest
+from torch_backport.fsio import atomic_write, step
+from torch_backport.install import find_install
+from torch_backport.pristine import base_files, this_install
+from torch_backport.wheels import release_files
 from torch_backport.series import (
     apply_series,
     confined,
     git_blob_id,
-    identify,
     load_topic_series,
-    pristine_sha256,
     Refused,
     release_numbers,
     Series,
@@ -41,45 +41,6 @@ from torch_backport.series import (
 )
 
 JOURNAL = ".overlay-journal"
-
-
-def pristine_from_install(series: Series) -> Dict[str, bytes]:
-    """The files `series` touches as the wheel installed them: each from the
-    install where it matches RECORD, else from this project's backup of it
-    (a patched install); they must be `series`' base's."""
-    install = find_install(series.topic)
-    files: Dict[str, bytes] = {}
-    for rel in series.touched:
-        for source in (install.path(rel), install.backup(rel)):
-            data = source.read_bytes() if source.is_file() and not source.is_symlink() else None
-            if data is not None and record_digest(data) == install.record.get(rel):
-                files[rel] = data
-                break
-        else:
-            raise Refused(f"torch in {install.site}: {rel} is neither the wheel's nor backed "
-                          "up by this project; need pristine or patched files")
-    # Every file of the topic, not only this series': a release whose
-    # files are another base's is named as that base.
-    found = identify(series.topic, {**{rel: install.blob(rel) for rel in topic_files(series.topic)},
-                                    **{rel: git_blob_id(data) for rel, data in files.items()}},
-                     install.version)
-    if found.series is None or found.how != "pristine" or found.series.base != series.base:
-        what = (f"the files of {found.series.base}" if found.series is not None
-                and found.exact else "files that match no base")
-        raise Refused(f"{sys.executable} has torch {install.version}, with {what}, "
-                      f"not those of {series.base}")
-    return files
-
-
-def pristine_from_wheel(series: Series, cache: Path,
-                        version: Optional[str] = None) -> Dict[str, bytes]:
-    """The files `series` touches, from the wheel of torch `version` (the
-    base's own release if None), checked against that wheel's RECORD."""
-    return release_files_from_wheel(version or series.version, series.touched, cache)
-
-
-def release_files_from_wheel(version: str, paths: List[str], cache: Path) -> Dict[str, bytes]:
-    return files_of_wheel(release_wheel(version, cache), paths)
 
 
 def overlay_series(name: str, chosen: List[Topic], from_install: bool,
@@ -100,7 +61,7 @@ def overlay_series(name: str, chosen: List[Topic], from_install: bool,
             raise Refused(f"{sys.executable} has torch {install.version}, not {version}")
         blobs = {rel: install.blob(rel) for rel in paths}
     else:
-        files = release_files_from_wheel(version, paths, cache)
+        files = release_files(version, paths, cache).files
         blobs = {rel: git_blob_id(files[rel]) if rel in files else None for rel in paths}
     return release_series(version, blobs, chosen, (), "using"), version
 
@@ -155,16 +116,11 @@ def plan_overlay(base: str, from_install: bool, cache: Path, chosen: List[Topic]
     made = Overlay(every, release, "", {}, {})
     for part in every:
         if from_install:
-            files = pristine_from_install(part)
+            files = this_install(part)
             made.source = f"installed torch of {sys.executable}"
         else:
-            files = pristine_from_wheel(part, cache, release)
+            files = base_files(part, cache, version=release)
             made.source = f"torch {release or part.version} wheel from the package index"
-        for rel, data in files.items():
-            expected = pristine_sha256(part).get(rel)
-            if expected is not None and sha256_hex(data) != expected:
-                raise Refused(f"{rel} from the {made.source} differs from "
-                              f"{part.directory}/pristine.tsv")
         made.pristine.update(files)
         made.patched.update(apply_series(files, part))
     return made

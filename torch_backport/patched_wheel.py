@@ -38,7 +38,8 @@ from wheel.wheelfile import WheelError, WheelFile
 
 from torch_backport import __version__
 from torch_backport.driver import Plan, release_series, Say
-from torch_backport.fsio import atomic_write, release_wheel, step
+from torch_backport.fsio import atomic_write, step
+from torch_backport.wheels import required_wheel, Target
 from torch_backport.series import (
     apply_series,
     git_blob_id,
@@ -60,7 +61,7 @@ def source_wheel(source: str, cache: Path) -> Path:
     """IN as given: a wheel file, or `torch==X` for the release wheel."""
     requirement = REQUIREMENT_RE.fullmatch(source)
     if requirement:
-        return release_wheel(requirement.group(1), cache)
+        return required_wheel(requirement.group(1), Target.host(), cache)
     path = Path(source)
     if not path.is_file():
         raise Refused(f"{source}: no such wheel file (give a torch wheel, or torch==X to "

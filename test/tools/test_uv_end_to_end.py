@@ -24,7 +24,8 @@ from pathlib import Path
 from wheel.wheelfile import WheelFile
 
 import torch_backport.series as model
-from torch_backport.fsio import cache_dir, cached_wheels
+from torch_backport.fsio import cache_dir
+from torch_backport.wheels import cached, Target
 
 REPO = Path(__file__).resolve().parents[2]
 APPLY = REPO / "scripts" / "apply.sh"
@@ -45,7 +46,8 @@ def digests(root: Path, rels: list[str]) -> dict[str, str]:
 @unittest.skipUnless(os.environ.get("PREGRAD_UV_FLEET"), "scripts/test.sh's uv-fleet job")
 class UvAndFleetEndToEnd(unittest.TestCase):
     def test_a_uv_venv_patched_in_place_keeps_uv_s_cache(self) -> None:
-        (stock,) = [w for w in cached_wheels(cache_dir(), "2.11.0") if "x86_64" in w.name][:1]
+        stock = cached("2.11.0", Target.host(), cache_dir())
+        self.assertIsNotNone(stock, "the matrix's wheel job caches torch 2.11.0's wheel first")
         touched = sorted({rel for topic in model.select_topics(None)
                           for rel in model.topic_files(topic)})
         with tempfile.TemporaryDirectory(prefix="pregrad-uv-") as tmp:

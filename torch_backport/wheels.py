@@ -1,0 +1,174 @@
+"""torch's release wheels: the one place that asks pip for one, by
+(version, target), with one cache layout, $PREGRAD_CACHE/wheels/<target>/,
+where this machine is just one target.
+
+`release_files` reads a few files of a release (new-base, --overlay,
+identification by version, the harness's new-release notice): pip names the
+wheel's URL from the configured index (`pip install --dry-run --report`:
+pip's own index-url, extra-index-url, find-links and credentials, so a
+company mirror is honoured), then only the zip's directory and those
+members are fetched by byte range (ranged.py) and checked against the
+wheel's own RECORD. A cached wheel is read from disk; an index without
+ranges, or a URL pip would not name, falls back to downloading the whole
+wheel, and says so. `release_wheel` is that whole wheel (`--wheel` builds
+from it), downloaded once with `pip download`."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from torch_backport import record
+from torch_backport.errors import Refused
+from torch_backport.ranged import NoRanges, RangedFile
+
+MB = 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A wheel target: a platform tag pip's --platform takes (None: this
+    machine, as pip chooses for it) and a CPython version ("3.11")."""
+    platform: Optional[str]
+    python: str
+
+    @classmethod
+    def host(cls) -> "Target":
+        return cls(None, f"{sys.version_info.major}.{sys.version_info.minor}")
+
+    @property
+    def folder(self) -> str:
+        platform = self.platform or sysconfig.get_platform().replace("-", "_").replace(".", "_")
+        return f"cp{self.python.replace('.', '')}-{platform}"
+
+    def pip_options(self) -> List[str]:
+        options = ["--only-binary=:all:", "--python-version", self.python]
+        if self.platform is not None:
+            options += ["--implementation", "cp", "--platform", self.platform]
+        return options
+
+    def __str__(self) -> str:
+        return f"cp{self.python.replace('.', '')} {self.platform or 'this machine'}"
+
+
+@dataclasses.dataclass
+class ReleaseFiles:
+    """A release's files (path -> bytes; a path it lacks is absent), each
+    checked against its wheel's RECORD, where they came from, and how many
+    bytes that took."""
+    version: str
+    files: Dict[str, bytes]
+    source: str
+    transferred: int = 0
+
+
+def cached(version: str, target: Target, cache: Path) -> Optional[Path]:
+    """The cached wheel of torch `version` for `target` (a local label,
+    2.13.0+cpu, is the same release)."""
+    folder = cache / "wheels" / target.folder
+    found = sorted([*folder.glob(f"torch-{version}-*.whl"), *folder.glob(f"torch-{version}+*.whl")])
+    return found[0] if found else None
+
+
+def pip_environment() -> Dict[str, str]:
+    # A version is pinned exactly here, so a cap in pip's configuration (a
+    # build machine's torch<=X) would only refuse a release it cannot choose.
+    return dict(os.environ, PIP_CONSTRAINT="", PIP_DISABLE_PIP_VERSION_CHECK="1")
+
+
+def locate(version: str, target: Target) -> Optional[str]:
+    """The URL of torch `version`'s wheel for `target` on pip's configured
+    index, without downloading it; None if pip finds none."""
+    with tempfile.TemporaryDirectory(prefix="pregrad-locate-") as tmp:
+        report = Path(tmp) / "report.json"
+        asked = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--no-deps",
+             "--ignore-installed", "--target", str(Path(tmp) / "target"),
+             "--report", str(report), *target.pip_options(), f"torch=={version}"],
+            capture_output=True, text=True, env=pip_environment())
+        if asked.returncode != 0 or not report.is_file():
+            return None
+        installs = json.loads(report.read_text()).get("install", [])
+    url = installs[0].get("download_info", {}).get("url") if installs else None
+    return str(url) if url else None
+
+
+def release_wheel(version: str, target: Target, cache: Path,
+                  quiet: bool = False) -> Optional[Path]:
+    """torch `version`'s whole wheel for `target`, downloaded once into the
+    cache with pip; None if the index has none."""
+    found = cached(version, target, cache)
+    if found is not None:
+        return found
+    folder = cache / "wheels" / target.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"{target}: downloading the torch {version} wheel into {folder} (530-900 MB"
+          f"{'' if quiet else '; pip prints its size, then its progress'}) ...",
+          file=sys.stderr, flush=True)
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", *target.pip_options(),
+         *(["--quiet"] if quiet else []), "-d", str(folder), f"torch=={version}"],
+        env=pip_environment(), capture_output=quiet, text=True)
+    found = cached(version, target, cache)
+    if pip.returncode != 0 or found is None:
+        return None
+    return found
+
+
+def required_wheel(version: str, target: Target, cache: Path) -> Path:
+    found = release_wheel(version, target, cache)
+    if found is None:
+        raise Refused(f"pip could not download torch=={version} for {target} (its output is "
+                      "above); nothing was written")
+    return found
+
+
+def members(wheel: zipfile.ZipFile, paths: Sequence[str], where: str) -> Dict[str, bytes]:
+    """The members of `wheel` that `paths` names, checked against its RECORD."""
+    names = set(wheel.namelist())
+    files = {rel: wheel.read(rel) for rel in paths if rel in names}
+    record.verify(files, record.of_wheel(wheel), where)
+    return files
+
+
+def ranged_members(url: str, paths: Sequence[str]) -> ReleaseFiles:
+    remote = RangedFile(url)
+    with zipfile.ZipFile(io.BufferedReader(remote, 1 << 16)) as wheel:  # type: ignore[arg-type]
+        files = members(wheel, paths, url)
+    return ReleaseFiles("", files, f"{url} ({remote.transferred / MB:.1f} MB of "
+                        f"{remote.size / MB:.0f} MB read by range, {remote.requests} requests)",
+                        remote.transferred)
+
+
+def release_files(version: str, paths: Sequence[str], cache: Path,
+                  target: Optional[Target] = None) -> ReleaseFiles:
+    """The files `paths` names of torch `version`'s wheel for `target` (this
+    machine's by default), each checked against the wheel's RECORD."""
+    target = target or Target.host()
+    wheel = cached(version, target, cache)
+    if wheel is None:
+        url = locate(version, target)
+        if url is not None and urllib.parse.urlsplit(url).scheme == "file":
+            wheel = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+        elif url is not None:
+            try:
+                found = ranged_members(url, paths)
+                return dataclasses.replace(found, version=version)
+            except (NoRanges, urllib.error.URLError, OSError, zipfile.BadZipFile) as why:
+                print(f"torch {version}: could not read the wheel's files by range ({why}); "
+                      "downloading the whole wheel instead", file=sys.stderr, flush=True)
+        wheel = wheel or required_wheel(version, target, cache)
+    with zipfile.ZipFile(wheel) as opened:
+        return ReleaseFiles(version, members(opened, paths, str(wheel)), str(wheel))

@@ -22,3 +22,12 @@ def shown(path: Path) -> str:
         return str(path.relative_to(REPO))
     except ValueError:
         return str(path)
+
+
+class UsageError(Exception):
+    """Arguments the grammar does not allow; exit 2."""
+
+
+class Failed(Exception):
+    """A precondition the arguments name does not hold (no such checkout,
+    no such interpreter); exit 1."""

@@ -16,6 +16,7 @@ from it), downloaded once with `pip download`."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -88,6 +89,7 @@ def pip_environment() -> Dict[str, str]:
     return dict(os.environ, PIP_CONSTRAINT="", PIP_DISABLE_PIP_VERSION_CHECK="1")
 
 
+@functools.lru_cache(maxsize=None)
 def locate(version: str, target: Target) -> Optional[str]:
     """The URL of torch `version`'s wheel for `target` on pip's configured
     index, without downloading it; None if pip finds none."""

@@ -47,6 +47,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import torch_backport.series as model  # noqa: E402
+from torch_backport.git import git_blob_id  # noqa: E402
+from torch_backport.identify import topic_files  # noqa: E402
 from torch_backport.fsio import cache_dir  # noqa: E402
 
 GIT_ENV = {
@@ -63,7 +65,7 @@ def git(repo: Path, *args: str, input: Optional[bytes] = None) -> str:
 
 def touched_files() -> List[str]:
     return sorted({rel for topic in model.topics()
-                   for rel in model.topic_files(topic)})
+                   for rel in topic_files(topic)})
 
 
 def site_of(python: str) -> Path:
@@ -207,7 +209,7 @@ def main() -> int:
     site = site_of(args.python)
     real = {rel: (site / rel).read_bytes() for rel in files}
     stamp = (f"{args.commits} {args.files} {args.touching} "
-             + " ".join(model.git_blob_id(real[rel]) for rel in files))
+             + " ".join(git_blob_id(real[rel]) for rel in files))
     if not (work / ".git" / "pregrad-bench-stamp").is_file() or \
             (work / ".git" / "pregrad-bench-stamp").read_text() != stamp:
         print(f"building {args.commits} commits over {args.files} files in {work} "

@@ -32,6 +32,8 @@ from torch_backport.fsio import cache_dir
 from torch_backport.help_text import apply_help, BACKPORT_HELP
 
 PACKAGE = Path(__file__).resolve().parent
+# The clone's maintainer tools (maint/, run by scripts/<name>): not shipped.
+MAINTAINER_COMMANDS = ("new-base", "check-patches", "update-docs")
 
 @dataclasses.dataclass
 class Request:
@@ -371,6 +373,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args[0] == "--version":
         print(f"torch-backport {__version__}")
         return 0
+    if args[0] in MAINTAINER_COMMANDS:
+        return backport_usage_error(
+            f"{args[0]} is a maintainer command of a clone, not installed: run\n"
+            f"scripts/{args[0]} in a clone of torch-pregrad-backport (the one command "
+            "here is `apply`)")
     if args[0] != "apply":
         return backport_usage_error(f"unknown command: {args[0]} (the one command is `apply`)")
     note = (f"torch-backport apply ARGS is scripts/apply.sh ARGS, adding --python "

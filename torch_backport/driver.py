@@ -18,15 +18,9 @@ import dataclasses
 import sys
 from typing import Callable, ContextManager, List, Mapping, Optional, Tuple
 
-from torch_backport.series import (
-    Refused,
-    refuse_shared_files,
-    select_topics,
-    Series,
-    series_by_content,
-    shown,
-    Topic,
-)
+from torch_backport.errors import Refused, shown
+from torch_backport.identify import series_by_content
+from torch_backport.series import refuse_shared_files, select_topics, Series, Topic
 
 Say = Callable[[str], None]
 

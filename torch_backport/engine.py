@@ -64,7 +64,7 @@ def in_target(python: str, order: Dict[str, Any]) -> int:
 def engine(order: Dict[str, Any]) -> int:
     """Carry out an order (in this interpreter: the target one for a wheel)."""
     from torch_backport import driver
-    names = order["topics"] or None
+    names = order.get("topics") or None  # an install-files order names none
     if order["engine"] == "wheel-build" and (order.get("platforms") or order.get("all_platforms")):
         from torch_backport.fleet import cmd_fleet, targets
         release = order["source"].split("==", 1)[1]

@@ -15,7 +15,8 @@ from typing import List, Tuple
 
 from torch_backport.fsio import atomic_write
 from torch_backport.patched_wheel import build, file_sha256
-from torch_backport.series import Refused, Topic
+from torch_backport.errors import Refused
+from torch_backport.series import Topic
 from torch_backport.wheels import release_wheel, Target
 
 # What --all-platforms asks pip for: each platform tag is the newest pip

@@ -2,7 +2,8 @@
 isolated (no system or global config, C locale, no prompts), the
 throw-away index that tries patches without writing anything into the
 repository (objects included), and the conflict report that names the hunk
-and the conflicting lines.
+and the conflicting lines. `git_blob_id` is git's id of some bytes, computed
+here without git.
 
 A user's checkout keeps its own repository config (.git/config) and its
 committer identity, which `identity()` reads once with the user's
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import re
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, IO, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, IO, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from torch_backport.errors import Refused
 
@@ -78,9 +80,24 @@ def identity(repo: Path) -> Optional[Dict[str, str]]:
     return found
 
 
+def trusted_directories() -> Dict[str, str]:
+    """The user's `safe.directory` entries, passed on as command-line config
+    (which git honours for it): isolation must not take back a repository
+    owned by another account that the user chose to trust."""
+    listed = subprocess.run(["git", "config", "--get-all", "safe.directory"],
+                            capture_output=True, text=True)
+    entries = listed.stdout.splitlines() if listed.returncode == 0 else []
+    passed = {"GIT_CONFIG_COUNT": str(len(entries))} if entries else {}
+    for number, entry in enumerate(entries):
+        passed[f"GIT_CONFIG_KEY_{number}"] = "safe.directory"
+        passed[f"GIT_CONFIG_VALUE_{number}"] = entry
+    return passed
+
+
 def checkout(repo: Path) -> Git:
-    """The runner for a user's checkout: isolated, committing as the user."""
-    return Git(repo, tuple((identity(repo) or {}).items()))
+    """The runner for a user's checkout: isolated, committing as the user,
+    trusting what the user's configuration trusts."""
+    return Git(repo, tuple({**(identity(repo) or {}), **trusted_directories()}.items()))
 
 
 def scratch(repo: Path) -> Git:
@@ -92,11 +109,23 @@ def scratch(repo: Path) -> Git:
                               GIT_AUTHOR_DATE=SCRATCH_DATE, GIT_COMMITTER_DATE=SCRATCH_DATE)
 
 
-def init_scratch(repo: Path) -> Git:
+def init_scratch(repo: Path, branch: Optional[str] = None) -> Git:
+    """A new scratch repository at `repo` (its first branch `branch`), whose
+    own config names the fixed identity: a person who finishes a `git am`
+    there commits without a configuration of their own."""
     repo.mkdir(parents=True, exist_ok=True)
     git = scratch(repo)
-    git("init", "-q")
+    git("init", "-q", *(["-b", branch] if branch else []))
+    name, email = SCRATCH_AUTHOR
+    for key, value in (("user.name", name), ("user.email", email), ("core.autocrlf", "false")):
+        git("config", key, value)
     return git
+
+
+def am_stopped_at(git: Git) -> int:
+    """The number (from 1) of the patch a stopped `git am` is at."""
+    next_file = git.git_path("rebase-apply") / "next"
+    return int(next_file.read_text()) if next_file.is_file() else 1
 
 
 @contextlib.contextmanager
@@ -115,12 +144,32 @@ def throwaway_index(git: Git) -> Iterator[Git]:
         yield trial
 
 
+def write_blobs(git: Git, contents: Iterable[bytes]) -> None:
+    """Write each of `contents` as a blob into the object directory `git`
+    writes to (a throw-away index's own, or the repository's), in one git
+    process. Unreachable blobs change no ref, index or file."""
+    with tempfile.TemporaryDirectory(prefix="pregrad-blobs-") as tmp:
+        paths = []
+        for number, data in enumerate(contents):
+            path = Path(tmp) / str(number)
+            path.write_bytes(data)
+            paths.append(str(path))
+        if paths:
+            git("hash-object", "-w", "--stdin-paths", input="\n".join(paths) + "\n")
+
+
+def unapplied_hunks(git: Git, patch: Path) -> List[Tuple[str, int]]:
+    """(path, pre-image line) of each hunk of `patch` that does not apply
+    to the index `git` uses as it is (a throw-away index, already)."""
+    check = git("apply", "--cached", "--check", "--verbose", str(patch), check=False)
+    return [(rel, int(line)) for rel, line in FAILED_HUNK_RE.findall(check.stderr)]
+
+
 def failed_hunks(git: Git, patch: Path) -> List[Tuple[str, int]]:
     """(path, pre-image line) of each hunk of `patch` that does not apply
     to HEAD as it is, tried in a throw-away index."""
     with throwaway_index(git) as trial:
-        check = trial("apply", "--cached", "--check", "--verbose", str(patch), check=False)
-    return [(rel, int(line)) for rel, line in FAILED_HUNK_RE.findall(check.stderr)]
+        return unapplied_hunks(trial, patch)
 
 
 def hunk_header(patch_text: str, rel: str, line: int) -> str:
@@ -140,25 +189,52 @@ def conflict_report(git: Git, patch: Path, what: str) -> List[str]:
     text = patch.read_text()
     lines = [f"  {rel}: hunk {hunk_header(text, rel, line)} does not apply to {what}'s file"
              for rel, line in failed_hunks(git, patch)]
-    unmerged = git("diff", "--name-only", "--diff-filter=U").stdout.split()
     budget = MAX_CONFLICT_LINES
-    for rel in unmerged:
+    for rel, regions in conflict_regions(git).items():
         content = (git.repo / rel).read_text(errors="replace").splitlines()
-        starts = [i for i, line in enumerate(content) if line.startswith("<<<<<<<")]
-        lines.append(f"  conflicting lines in {rel} ({len(starts)} region(s)):")
-        for start in starts:
-            end = next((i for i in range(start, len(content))
-                        if content[i].startswith(">>>>>>>")), len(content) - 1)
-            lines.append(f"    lines {start + 1}-{end + 1}:")
-            shown = content[start:end + 1][:max(budget, 0)]
-            lines += [f"    {start + 1 + i:>6}  {line}" for i, line in enumerate(shown)]
+        lines.append(f"  conflicting lines in {rel} ({len(regions)} region(s)):")
+        for start, end in regions:
+            lines.append(f"    lines {start}-{end}:")
+            shown = content[start - 1:end][:max(budget, 0)]
+            lines += [f"    {start + i:>6}  {line}" for i, line in enumerate(shown)]
             budget -= len(shown)
             if budget <= 0:
                 lines.append("    ... (the rest is in the file)")
                 return lines
     if len(lines) == 0:
-        lines.append("  git stopped without a conflicted file; see `git am --show-current-patch`")
+        lines.append("  git am stopped without a conflicted file; see "
+                     "`git am --show-current-patch`")
     return lines
+
+
+def unmerged(git: Git) -> List[str]:
+    """The work tree's files that a merge left conflicted."""
+    return list(git("diff", "--name-only", "--diff-filter=U").stdout.split())
+
+
+def conflict_regions(git: Git) -> Dict[str, List[Tuple[int, int]]]:
+    """Each unmerged file -> the (first, last) line, counted from 1, of each
+    region between conflict markers (none for a file git cannot read as text)."""
+    regions: Dict[str, List[Tuple[int, int]]] = {}
+    for rel in unmerged(git):
+        try:
+            content = (git.repo / rel).read_text(errors="replace").splitlines()
+        except OSError:
+            regions[rel] = []
+            continue
+        starts = [i for i, line in enumerate(content) if line.startswith("<<<<<<<")]
+        regions[rel] = [(start + 1, next((i for i in range(start, len(content))
+                                          if content[i].startswith(">>>>>>>")),
+                                         len(content) - 1) + 1)
+                        for start in starts]
+    return regions
+
+
+def conflict_places(git: Git) -> List[str]:
+    """'path:line' of each conflict region in the work tree (the path alone
+    for an unmerged file without markers)."""
+    return [place for rel, regions in conflict_regions(git).items()
+            for place in ([f"{rel}:{start}" for start, _ in regions] or [rel])]
 
 
 def write_tree(git: Git, files: Dict[str, bytes]) -> None:
@@ -172,6 +248,11 @@ def commit_all(git: Git, message: str) -> str:
     git("add", "-A")
     git("commit", "-q", "--allow-empty", "-m", message)
     return str(git("rev-parse", "HEAD").stdout.strip())
+
+
+def git_blob_id(data: bytes) -> str:
+    """The id git gives `data` as a blob (what `git hash-object` prints)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def args_of(paths: Sequence[Path]) -> List[str]:

@@ -191,7 +191,8 @@ def apply_help() -> str:
     """APPLY_HELP with the topics and releases of patches/topics.tsv and
     patches/releases.tsv."""
     from torch_backport import releases
-    from torch_backport.series import fixed_bases, primary_topic, Refused
+    from torch_backport.errors import Refused
+    from torch_backport.series import fixed_bases, primary_topic
     try:
         primary = primary_topic()
         bases = textwrap.fill(

@@ -25,20 +25,14 @@ from torch_backport.fsio import atomic_write, step
 from torch_backport.install import find_install
 from torch_backport.pristine import base_files, this_install
 from torch_backport.wheels import release_files
-from torch_backport.series import (
-    apply_series,
-    confined,
-    git_blob_id,
-    load_topic_series,
-    Refused,
-    release_numbers,
-    Series,
-    sha256_hex,
-    shown,
-    Topic,
-    topic_files,
-    topics,
-)
+from torch_backport.apply import apply_series
+from torch_backport.errors import Refused, shown
+from torch_backport.git import git_blob_id
+from torch_backport.identify import topic_files
+from torch_backport.patchfile import confined
+from torch_backport.record import sha256_hex
+from torch_backport.series import load_topic_series, Series, Topic, topics
+from torch_backport.tables import release_numbers
 
 JOURNAL = ".overlay-journal"
 

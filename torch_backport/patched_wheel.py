@@ -40,15 +40,12 @@ from torch_backport import __version__
 from torch_backport.driver import Plan, release_series, Say
 from torch_backport.fsio import atomic_write, step
 from torch_backport.wheels import required_wheel, Target
-from torch_backport.series import (
-    apply_series,
-    git_blob_id,
-    Refused,
-    Series,
-    sha256_hex,
-    Topic,
-    topic_files,
-)
+from torch_backport.apply import apply_series
+from torch_backport.errors import Refused
+from torch_backport.git import git_blob_id
+from torch_backport.identify import topic_files
+from torch_backport.record import sha256_hex
+from torch_backport.series import Series, Topic
 # In the patched wheel's dist-info: what it was built from and with; an
 # install made from it is recognised by this file.
 from torch_backport.install import BUILT_NAME

@@ -10,6 +10,7 @@ pristine.tsv, and the message names the source that failed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -21,7 +22,9 @@ from typing import Any, Dict, List, Optional, Sequence
 from torch_backport import record
 from torch_backport.errors import Refused, shown
 from torch_backport.install import find_install
-from torch_backport.series import git_blob_id, identify, pristine_sha256, Series, topic_files
+from torch_backport.git import git_blob_id
+from torch_backport.identify import identify, topic_files
+from torch_backport.series import pristine_sha256, Series
 from torch_backport.wheels import ReleaseFiles, release_files
 
 LAUNCH = Path(__file__).resolve().parent / "_launch.py"
@@ -64,11 +67,12 @@ def not_pristine(series: Series, files: Dict[str, bytes]) -> List[str]:
             if rel not in files or record.sha256_hex(files[rel]) != digest]
 
 
-def base_files(series: Series, cache: Path, pythons: Sequence[Optional[str]] = (),
-               version: Optional[str] = None) -> Dict[str, bytes]:
+def base_release(series: Series, cache: Path, pythons: Sequence[Optional[str]] = (),
+                 version: Optional[str] = None) -> ReleaseFiles:
     """The pristine files of `series`' base, checked against its
-    pristine.tsv: from the first of `pythons` whose torch holds them, else
-    from the wheel of torch `version` (the base's own release if None)."""
+    pristine.tsv, and where they came from: from the first of `pythons`
+    whose torch holds them, else from the wheel of torch `version` (the
+    base's own release if None)."""
     wanted = sorted(pristine_sha256(series))
     tried: List[str] = []
     for python in pythons:
@@ -80,7 +84,7 @@ def base_files(series: Series, cache: Path, pythons: Sequence[Optional[str]] = (
             tried.append(str(problem))
             continue
         if not not_pristine(series, found.files):
-            return {rel: found.files[rel] for rel in wanted}
+            return dataclasses.replace(found, files={rel: found.files[rel] for rel in wanted})
         tried.append(f"{python}: its files are not {series.base}'s pristine.tsv")
     found = release_files(version or series.version, wanted, cache)
     wrong = not_pristine(series, found.files)
@@ -88,7 +92,13 @@ def base_files(series: Series, cache: Path, pythons: Sequence[Optional[str]] = (
         also = "; also tried: " + "; ".join(tried) if tried else ""
         raise Refused(f"{found.source}: {wrong[0]} is not the file "
                       f"{shown(series.directory)}/pristine.tsv names{also}")
-    return {rel: found.files[rel] for rel in wanted}
+    return dataclasses.replace(found, files={rel: found.files[rel] for rel in wanted})
+
+
+def base_files(series: Series, cache: Path, pythons: Sequence[Optional[str]] = (),
+               version: Optional[str] = None) -> Dict[str, bytes]:
+    """`base_release`'s files."""
+    return base_release(series, cache, pythons, version).files
 
 
 def this_install(series: Series) -> Dict[str, bytes]:

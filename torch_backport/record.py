@@ -62,7 +62,7 @@ def dist_info_of(names: List[str], project: str = "torch") -> str:
 def of_wheel(wheel: zipfile.ZipFile, project: str = "torch") -> Dict[str, str]:
     """path -> RECORD sha256 digest, from a wheel file's own RECORD."""
     dist_info = dist_info_of(wheel.namelist(), project)
-    return of_dist(metadata.PathDistribution(zipfile.Path(wheel, dist_info)))  # type: ignore[arg-type]
+    return of_dist(metadata.PathDistribution(zipfile.Path(wheel, dist_info)))
 
 
 def mismatches(files: Mapping[str, bytes], record: Mapping[str, str]) -> List[str]:

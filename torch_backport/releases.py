@@ -12,7 +12,8 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from torch_backport.series import load_series, Refused, shown, store, supported_bases, Topic
+from torch_backport.errors import Refused, shown
+from torch_backport.series import load_series, store, supported_bases, Topic
 
 HAS_IT = "has it"  # the release has the topic's change upstream, and no series
 NOT_YET = "not yet"  # scripts/new-base stopped at a conflict: no series for it yet
@@ -81,7 +82,7 @@ def with_the_feature(topic: Topic) -> List[Release]:
 
 def nearest_row(version: str) -> "Release | None":
     """The row of `version`, else of the newest listed release below it."""
-    from torch_backport.series import release_numbers
+    from torch_backport.tables import release_numbers
     wanted = release_numbers(version)
     below = [release for release in served() if release_numbers(release.version) <= wanted]
     return max(below, key=lambda release: release_numbers(release.version), default=None)

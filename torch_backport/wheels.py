@@ -147,7 +147,7 @@ def members(wheel: zipfile.ZipFile, paths: Sequence[str], where: str) -> Dict[st
 
 def ranged_members(url: str, paths: Sequence[str]) -> ReleaseFiles:
     remote = RangedFile(url)
-    with zipfile.ZipFile(io.BufferedReader(remote, 1 << 16)) as wheel:  # type: ignore[arg-type]
+    with zipfile.ZipFile(io.BufferedReader(remote, 1 << 16)) as wheel:
         files = members(wheel, paths, url)
     return ReleaseFiles("", files, f"{url} ({remote.transferred / MB:.1f} MB of "
                         f"{remote.size / MB:.0f} MB read by range, {remote.requests} requests)",

@@ -25,7 +25,8 @@ from importlib import metadata
 from pathlib import Path
 
 from torch_backport.patched_wheel import file_sha256 as sha256
-from torch_backport.series import topic_files, topics
+from torch_backport.identify import topic_files
+from torch_backport.series import topics
 
 REPO = Path(__file__).resolve().parents[2]
 APPLY = REPO / "scripts" / "apply.sh"

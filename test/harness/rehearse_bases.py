@@ -27,6 +27,7 @@ from typing import Dict, List, Tuple
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from torch_backport import series as model  # noqa: E402
+from torch_backport.tables import release_numbers  # noqa: E402
 
 NEW_BASE = REPO / "scripts" / "new-base"
 
@@ -50,8 +51,8 @@ def neighbours(topic: model.Topic) -> List[Tuple[str, str]]:
     for kind in ([b for b in bases if b not in fixes], fixes):
         for older, newer in zip(kind, kind[1:]):
             pairs += [(older, newer), (newer, older)]
-    return sorted(pairs, key=lambda pair: (model.release_numbers(pair[0]),
-                                           model.release_numbers(pair[1])))
+    return sorted(pairs, key=lambda pair: (release_numbers(pair[0]),
+                                           release_numbers(pair[1])))
 
 
 def tree_digest(root: Path) -> str:

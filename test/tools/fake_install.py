@@ -22,7 +22,9 @@ from pathlib import Path
 
 import expecttest
 
-from torch_backport.series import primary_topic, REPO, select_topics, topic_files, topics
+from torch_backport.errors import REPO
+from torch_backport.identify import topic_files
+from torch_backport.series import primary_topic, select_topics, topics
 
 # The product's names that users and other tools see, written out here once
 # and never imported from torch_backport: a change to one fails the tests
@@ -74,9 +76,10 @@ class InstallTestCase(ScratchTestCase):
 
 
 def copy_project(copy: Path) -> Path:
-    """The clone's commands, product and series (scripts/, torch_backport/,
-    patches/) copied to `copy`, for a test that damages or extends a series."""
-    for part in ("scripts", "torch_backport", "patches"):
+    """The clone's commands, product, maintainer tools and series (scripts/,
+    torch_backport/, maint/, patches/) copied to `copy`, for a test that
+    damages or extends a series."""
+    for part in ("scripts", "torch_backport", "maint", "patches"):
         shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
     return copy
 

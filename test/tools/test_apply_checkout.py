@@ -8,6 +8,7 @@ as before.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 import tempfile
@@ -20,6 +21,7 @@ from checkout_repo import Checkout, make_checkout, site_of
 from fake_install import ScratchTestCase, source_python, STOCK, TOUCHED, UPSTREAM
 
 import torch_backport.series as model  # noqa: E402
+from torch_backport.apply import apply_series  # noqa: E402
 
 SERIES = model.load_series("v2.11.0")
 # The original topic alone: what most scenarios here are about (a plain
@@ -33,7 +35,15 @@ def stock_site() -> Path:
 
 def patched_files() -> dict[str, bytes]:
     pristine = {rel: (stock_site() / rel).read_bytes() for rel in TOUCHED}
-    return model.apply_series(pristine, SERIES)
+    return apply_series(pristine, SERIES)
+
+
+def git_dir(checkout: Checkout) -> dict[str, str]:
+    """sha256 of every file under .git (objects, index, refs, logs, ...):
+    `find .git -type f | sort | xargs sha256sum`."""
+    root = checkout.path / ".git"
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(root.rglob("*")) if path.is_file()}
 
 
 def subjects() -> list[str]:
@@ -144,6 +154,32 @@ already applied: all 2 patches are in HEAD's history; nothing to do
         self.assertIn(f"check: {len(SERIES.patches)} patch(es) would apply; HEAD, index and work tree "
                       "untouched", output)
         self.assertEqual(checkout.state(), before)
+
+    def test_check_writes_nothing_into_the_repository_objects_included(self) -> None:
+        """--check tries the patches, and the 3-way pre-images they need, in a
+        throw-away index with an object directory of its own: every file under
+        .git (the objects, the index, the refs) is as it was, byte for byte. A
+        local change makes the trial a 3-way merge; --revert --check tries the
+        reverse patches the same way."""
+        checkout = self.checkout()
+        config = checkout.read("torch/_inductor/config.py")
+        checkout.commit_file("torch/_inductor/config.py", config + b"\n# fork: local knob\n",
+                             "fork: local knob")
+        for args in [("--check",), ("--check", "--topic", "all")]:
+            before = git_dir(checkout)
+            code, output = checkout.run(*args)
+            self.assertEqual(code, 0, output)
+            self.assertIn("would apply 0003-inductor-add-pre_grad_pass_timing-early-late-default"
+                          ".patch (3-way merge)", output)
+            after = git_dir(checkout)
+            self.assertEqual(sorted(after.keys() - before.keys()), [], "files .git gained")
+            self.assertEqual(after, before)
+        self.assertEqual(checkout.run()[0], 0)
+        before = git_dir(checkout)
+        code, output = checkout.run("--revert", "--check")
+        self.assertEqual(code, 0, output)
+        self.assertIn(f"check: {len(SERIES.patches)} commit(s) would revert", output)
+        self.assertEqual(git_dir(checkout), before)
 
     def test_no_commit_stages_the_series(self) -> None:
         checkout = self.checkout()

@@ -121,6 +121,9 @@ class InstallPackageTest(ScratchTestCase):
             if path.is_file() and "__pycache__" not in path.parts
         )
         self.assertEqual(installed, sorted(tracked))
+        # The maintainer tools (maint/, run by scripts/new-base and the like) stay behind.
+        self.assertFalse((self.venv.site / "maint").exists())
+        self.assertNotIn("new_base.py", installed)
         for rel, source in tracked.items():
             self.assertEqual((self.package / rel).read_bytes(),
                              (self.source / source).read_bytes(), rel)
@@ -206,7 +209,7 @@ error; 130 interrupted); 2 for a usage error of torch-backport itself.
         before = self.venv.snapshot()
         results = "".join(
             f"$ {' '.join(('torch-backport', *args))}\n[{code}] {output}"
-            for args in [(), ("patch",), ("apply", "--overlay", "v2.11.0"),
+            for args in [(), ("patch",), ("new-base", "2.16.0"), ("apply", "--overlay", "v2.11.0"),
                          ("apply", "--bogus"), ("apply", "--python")]
             for code, output in [self.backport(*args)]
         )
@@ -216,6 +219,10 @@ $ torch-backport
 (see torch-backport --help)
 $ torch-backport patch
 [2] torch-backport: unknown command: patch (the one command is `apply`)
+(see torch-backport --help)
+$ torch-backport new-base 2.16.0
+[2] torch-backport: new-base is a maintainer command of a clone, not installed: run
+scripts/new-base in a clone of torch-pregrad-backport (the one command here is `apply`)
 (see torch-backport --help)
 $ torch-backport apply --overlay v2.11.0
 [2] torch-backport: --overlay needs --out DIR here: its default, overlay/ beside apply.sh,

@@ -24,6 +24,8 @@ from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
 import torch_backport.series as model
+from torch_backport.apply import apply_series
+from torch_backport.identify import topic_files
 from fake_install import BUILT_NAME, ScratchTestCase, source_python, STOCK, UPSTREAM
 from fake_wheel import make_fake_wheel, release_files, run_wheel, tampered, TAG
 
@@ -98,7 +100,7 @@ class PatchedWheelTest(ScratchTestCase):
             inside = {rel: wheel.read(rel) for rel in self.stock_files}
         expected = dict(self.stock_files)
         for series in model.load_topic_series("v2.11.0", model.select_topics(None)):
-            expected.update(model.apply_series(
+            expected.update(apply_series(
                 {rel: self.stock_files[rel] for rel in series.touched}, series))
         self.assertEqual(inside, expected)
 
@@ -165,7 +167,7 @@ class PatchedWheelTest(ScratchTestCase):
         (made,) = written
         lf_made = self.built(out="lf")
         with WheelFile(str(made)) as windows, WheelFile(str(lf_made)) as linux:
-            for rel in model.topic_files(model.primary_topic()):
+            for rel in topic_files(model.primary_topic()):
                 data = windows.read(rel)  # checked against the new RECORD
                 self.assertNotIn(b"\n", data.replace(b"\r\n", b""), rel)
                 self.assertEqual(data, linux.read(rel).replace(b"\n", b"\r\n"), rel)

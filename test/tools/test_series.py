@@ -13,6 +13,8 @@ from hypothesis import given, settings, strategies as st
 from fake_install import AUTOCAST_BASES, BASES as LISTED, ISA_BASES, REPO, source_python, STOCK, torch_site
 
 import torch_backport.series as model  # noqa: E402
+from torch_backport.apply import apply_series  # noqa: E402
+from torch_backport.errors import Refused  # noqa: E402
 
 BASES = model.supported_bases()
 
@@ -77,7 +79,7 @@ class SeriesTest(unittest.TestCase):
 
     def test_series_applies_without_fuzz_to_its_base(self) -> None:
         series = model.load_series("v2.11.0")
-        patched = model.apply_series(pristine_files(series), series)
+        patched = apply_series(pristine_files(series), series)
         config = patched["torch/_inductor/config.py"].decode()
         self.assertIn(
             'pre_grad_pass_timing: Literal["early", "late", "default"] = "default"',
@@ -104,8 +106,8 @@ class SeriesTest(unittest.TestCase):
         lines = pristine[rel].decode().split("\n")
         lines[line_number - 1] += "  # drifted"
         drifted = {**pristine, rel: "\n".join(lines).encode()}
-        with self.assertRaises(model.Refused) as caught:
-            model.apply_series(drifted, series)
+        with self.assertRaises(Refused) as caught:
+            apply_series(drifted, series)
         message = str(caught.exception)
         self.assertIn(f"patches/v2.11.0/{patch.name} does not apply", message)
         self.assertIn(rel, message)

@@ -28,12 +28,12 @@ class Break(NamedTuple):
 
 BREAKS = [
     Break("a patch that applies but leaves another post-image is refused",
-          "torch_backport/series.py", "if blob != diff.post_blob:", "if False:",
+          "torch_backport/apply.py", "if blob != diff.post_blob:", "if False:",
           "test_reliability.py::ReliabilityTest::"
           "test_hand_edited_patch_that_still_applies_is_refused_by_its_post_image"),
     Break("files that differ from RECORD are refused",
           "torch_backport/wheel_mode.py",
-          '    if status.state == "modified":\n        what = ("the series is applied',
+          '    if status.state is State.MODIFIED:\n        what = ("the series is applied',
           '    if False:\n        what = ("the series is applied',
           "test_apply_wheel.py::ApplyWheelTest::"
           "test_apply_refuses_a_modified_install_and_changes_nothing"),
@@ -51,12 +51,12 @@ BREAKS = [
           "test_all_topics_are_refused_together_when_one_cannot_apply"),
     Break("a refused checkout run leaves ORIG_HEAD as it was",
           "torch_backport/checkout_mode.py",
-          '    if before:\n        git(checkout, "update-ref", "--no-deref", "ORIG_HEAD"',
-          '    if False:\n        git(checkout, "update-ref", "--no-deref", "ORIG_HEAD"',
+          '    if before:\n        git("update-ref", "--no-deref", "ORIG_HEAD"',
+          '    if False:\n        git("update-ref", "--no-deref", "ORIG_HEAD"',
           "test_apply_checkout.py::ApplyCheckoutTest::"
           "test_refuses_a_conflict_naming_patch_file_and_line"),
     Break("a checkout whose history held a base's files gets that base",
-          "torch_backport/checkout_mode.py", "    if floor:\n", "    if False:\n",
+          "torch_backport/checkout_base.py", "    if floor:\n", "    if False:\n",
           "test_apply_checkout.py::ApplyCheckoutTest::"
           "test_every_touched_file_changed_since_the_release_still_finds_its_base"),
     Break("an overlay never replaces a directory holding files it did not write",
@@ -71,7 +71,8 @@ BREAKS = [
           "test_a_file_that_does_not_match_record_is_refused"),
 ]
 
-COPIED = ("setup.cfg", "torch_backport", "patches", "scripts", "test/tools", "test/harness")
+COPIED = ("setup.cfg", "torch_backport", "maint", "patches", "scripts", "test/tools",
+          "test/harness")
 
 
 class ToolsGateTest(ScratchTestCase):

@@ -13,6 +13,7 @@ import shutil
 import unittest
 
 import torch_backport.series as model
+from torch_backport.apply import apply_series
 from checkout_repo import make_checkout, site_of
 from fake_install import (AUTOCAST, copy_project, FakeInstall, INSTALLED, InstallTestCase,
                           ISA_PROBE, ScratchTestCase, source_python, STATE_DIRNAME, STOCK, TOUCHED,
@@ -25,7 +26,7 @@ def isa_patched() -> bytes:
     """What the cpu-isa-probe series makes of the stock 2.11.0 file."""
     pristine = (site_of(source_python(STOCK)) / ISA_PROBE).read_bytes()
     series = model.load_series("v2.11.0", ISA)
-    return model.apply_series({ISA_PROBE: pristine}, series)[ISA_PROBE]
+    return apply_series({ISA_PROBE: pristine}, series)[ISA_PROBE]
 
 
 class TopicsWheelTest(InstallTestCase):

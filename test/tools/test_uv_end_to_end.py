@@ -24,6 +24,8 @@ from pathlib import Path
 from wheel.wheelfile import WheelFile
 
 import torch_backport.series as model
+from torch_backport.git import git_blob_id
+from torch_backport.identify import topic_files
 from torch_backport.fsio import cache_dir
 from torch_backport.wheels import cached, Target
 
@@ -49,7 +51,7 @@ class UvAndFleetEndToEnd(unittest.TestCase):
         stock = cached("2.11.0", Target.host(), cache_dir())
         self.assertIsNotNone(stock, "the matrix's wheel job caches torch 2.11.0's wheel first")
         touched = sorted({rel for topic in model.select_topics(None)
-                          for rel in model.topic_files(topic)})
+                          for rel in topic_files(topic)})
         with tempfile.TemporaryDirectory(prefix="pregrad-uv-") as tmp:
             env = {"UV_CACHE_DIR": f"{tmp}/cache", "UV_NO_PROGRESS": "1",
                    "UV_LINK_MODE": "hardlink"}
@@ -100,7 +102,7 @@ class UvAndFleetEndToEnd(unittest.TestCase):
                         for rel, blob in model.final_blobs(series).items():
                             data = opened.read(rel)
                             self.assertEqual(b"\r\n" in data, crlf, f"{wheel.name}: {rel}")
-                            self.assertEqual(model.git_blob_id(data.replace(b"\r\n", b"\n")),
+                            self.assertEqual(git_blob_id(data.replace(b"\r\n", b"\n")),
                                              blob, f"{wheel.name}: {rel}")
 
 

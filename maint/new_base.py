@@ -1,0 +1,174 @@
+"""scripts/new-base, a maintainer command of the clone: serve a torch
+release by replaying the nearest base's series onto its files with a real
+3-way merge (maint/request.py has its help text and grammar).
+
+For each topic the release's touched files (from --python's install, or
+the release wheel read by byte range, each checked against RECORD) are
+compared with every base's (maint/choose.py):
+- equal to a base's, byte for byte: the release gets only its row in
+  patches/releases.tsv, naming that base;
+- the topic's change upstream and no fixes for it: "has it";
+- otherwise the nearest base (or --from) is replayed in a scratch git
+  repository (maint/replay.py): that base's pristine files, its series
+  applied with `git am`, then an orphan commit of the release's files and
+  `git am -3` of the same patches onto it, so every patch merges against
+  the base's own files as the ancestor. A clean replay is written to
+  patches/v<release>/ (maint/write.py), each message saying where it came
+  from and how; a conflict is left in the scratch repository for a person
+  (`git am --continue`), and the next run picks up the finished series.
+
+A written series is a candidate (patches/candidates.tsv) until its matrix
+has passed (`scripts/test.sh --releases X`); `--served` then takes it off
+that list. Nothing here imports torch. An installed torch-backport has
+none of this (maint/ is not shipped).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from maint import choose, grammar, request as grammar_of, update_docs, write
+from maint.choose import Outcome, Run
+from maint.request import Request
+from torch_backport import tables
+from torch_backport.errors import Refused, shown, UsageError
+from torch_backport.fsio import atomic_write, cache_dir
+from torch_backport.releases import NOT_YET
+from torch_backport.series import load_series, Store, store, supported_bases, Topic
+from torch_backport.wheels import MB
+
+CLONE = Path(__file__).resolve().parents[1]
+INTERRUPTED = "interrupted; patches/ is as it was unless a 'wrote' line says otherwise"
+
+
+def served(request: Request, patches: Store) -> int:
+    """--served: RELEASE's matrix passed; take it off candidates.tsv."""
+    path = write.candidates_path(patches)
+    if request.release not in tables.read_candidates(patches.root):
+        print(f"new-base: {request.release} is not a candidate in {shown(path)}; "
+              "nothing to do")
+        return 0
+    if not request.check:
+        text = tables.with_candidate(patches.root, request.release, listed=False)
+        atomic_write(path, text.encode(), 0o644)
+    print(f"{'would remove' if request.check else 'removed'} {request.release} from "
+          f"{shown(path)}: served")
+    return 0
+
+
+def touched_paths(chosen: List[Topic]) -> List[str]:
+    """Every file some base's series of the chosen topics touches, and each
+    topic's feature file."""
+    return sorted({rel for topic in chosen for base in supported_bases(topic)
+                   for rel in load_series(base, topic).touched} |
+                  {topic.feature_file for topic in chosen})
+
+
+def read_total(run: Run) -> Optional[str]:
+    ranged = [found for found in run.reads if found.transferred]
+    if not ranged:
+        return None
+    return (f"read by range: {sum(f.transferred for f in ranged) / MB:.1f} MB in all, "
+            f"{len(ranged)} read(s) of release wheels")
+
+
+def say_check(request: Request, patches: Store, outcomes: List[Outcome], row: write.Row) -> int:
+    for outcome in outcomes:
+        if outcome.written is not None:
+            print(f"would write {shown(patches.root / ('v' + request.release))}"
+                  f"{'' if outcome.topic.primary else '/' + outcome.topic.dir}/")
+    print(f"would {row.verb} {row.what}")
+    if any(outcome.written is not None for outcome in outcomes):
+        print(f"would list {request.release} in {shown(write.candidates_path(patches))}")
+    print("check: nothing was written")
+    return 1 if any(outcome.conflict for outcome in outcomes) else 0
+
+
+def write_all(request: Request, patches: Store, outcomes: List[Outcome], row: write.Row) -> None:
+    """The staged series, the releases.tsv row and the candidates.tsv entry."""
+    staged = [(o.topic, o.written) for o in outcomes if o.written is not None]
+    for line in write.move_series(patches, request.release, staged):
+        print(line)
+    atomic_write(row_path(patches), row.text.encode(), 0o644)
+    print(f"{row.done} {row.what}")
+    if staged:
+        path = write.candidates_path(patches)
+        text = tables.with_candidate(patches.root, request.release, listed=True)
+        atomic_write(path, text.encode(), 0o644)
+        print(f"listed {request.release} in {shown(path)}: a candidate, not served, until "
+              f"its matrix passes: scripts/test.sh --releases {request.release}, then "
+              f"scripts/new-base {request.release} --served")
+
+
+def row_path(patches: Store) -> Path:
+    return patches.root / tables.RELEASES
+
+
+def decide(run: Run, chosen: List[Topic]) -> List[Outcome]:
+    """Each chosen topic's outcome, its lines printed."""
+    paths = touched_paths(chosen)
+    files = choose.release_files(run, paths)
+    print(f"torch {run.request.release}: {len(files.files)} of the {len(paths)} files the "
+          f"topics touch, from {files.source}, each checked against RECORD")
+    outcomes = [choose.outcome_for(topic, files, run) for topic in chosen]
+    for outcome in outcomes:
+        for line in outcome.lines:
+            print(line)
+    total = read_total(run)
+    if total:
+        print(total)
+    return outcomes
+
+
+def run(request: Request) -> int:
+    patches = store(request.patches)
+    if request.served:
+        return served(request, patches)
+    try:
+        chosen = patches.select(request.topics or ["all"])
+    except Refused as unknown:  # a usage error, as apply.sh's --topic
+        raise UsageError(str(unknown)) from None
+    temporary = Path(tempfile.mkdtemp(prefix="pregrad-new-base-"))
+    try:
+        scratch_root = (temporary / "scratch" if request.check else request.scratch
+                        or cache_dir() / "new-base" / f"v{request.release}")
+        outcomes = decide(Run(request, cache_dir(), scratch_root, temporary / "staged"), chosen)
+        row = write.release_row(patches, request.release,
+                                {o.topic.name: o.cell for o in outcomes}, NOT_YET)
+        if request.check:
+            return say_check(request, patches, outcomes, row)
+        if all(o.conflict for o in outcomes):
+            print("nothing was written: no topic has a series or a row cell yet")
+            return 1
+        write_all(request, patches, outcomes, row)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+    code = follow_up(request, [o.topic for o in outcomes if o.written is not None])
+    return 1 if code or any(o.conflict for o in outcomes) else 0
+
+
+def follow_up(request: Request, topics: List[Topic]) -> int:
+    """update-docs (the clone's README) and check-patches on what was written."""
+    code = 0
+    if request.patches.resolve() == (CLONE / "patches").resolve():
+        code |= update_docs.main([])
+    if topics:
+        check = [sys.executable, str(CLONE / "scripts" / "check-patches"),
+                 "--patches", str(request.patches)]
+        if request.python is not None:
+            check += ["--python", request.python]
+        for topic in topics:
+            check += ["--topic", topic.name]
+        sys.stdout.flush()
+        code |= subprocess.run(check + [f"v{request.release}"]).returncode
+    return code
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return grammar.main(grammar_of.PROG, grammar_of.USAGE, argv, grammar_of.read, run,
+                        INTERRUPTED)

@@ -1,0 +1,143 @@
+"""scripts/new-base's grammar: its help text and the request its arguments
+make (maint/grammar.py's conventions, those of torch_backport/cli.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from maint import grammar
+from torch_backport.errors import REPO, UsageError
+
+PROG = "new-base"
+USAGE = """\
+Usage: scripts/new-base RELEASE [--from BASE] [--topic T]... [--python PY]
+                        [--base-python V=PY]... [--check] [--patches DIR] [--scratch DIR]
+       scripts/new-base RELEASE --served [--check] [--patches DIR]
+       scripts/new-base --help
+
+Serves torch RELEASE (e.g. 2.16.0): for each topic (patches/topics.tsv; or
+those --topic names) it reads the files the topic's series touch from PY's
+installed torch (--python; it must be RELEASE, stock: each file is checked
+against the install's RECORD) or from the release wheel on pip's configured
+index (only the wheel's zip directory and those files, by byte range; a
+whole download into $PREGRAD_CACHE/wheels where the index has no ranges;
+checked against the wheel's RECORD), then:
+  - files equal to a base's, byte for byte: only the patches/releases.tsv
+    row, naming that base (2.14.0 -> v2.14.1);
+  - the topic's change upstream and no fixes series for it: "has it";
+  - otherwise it replays the nearest base's series (the one holding most of
+    these files byte for byte, then the nearest release below; or --from)
+    in a scratch git repository with a real 3-way merge: `git am -3` onto
+    the release's files, the base's pristine files (from --base-python, a
+    stock venv under $PREGRAD_CACHE/venvs, or that release's wheel, by
+    byte range; checked against its pristine.tsv) as the merge ancestor.
+    Clean: it writes patches/vRELEASE/ (or its topic directory): `git
+    format-patch --zero-commit -N --full-index --no-signature` output, each
+    message saying which base it was rebased from and how each patch
+    merged, plus series and pristine.tsv.
+  - a hunk that does not merge: that topic is not written; the output names
+    the patch, the file, the hunk and the conflicting lines, and leaves the
+    scratch repository (path printed) stopped in `git am`. Resolve the
+    conflict there, `git add` the file, `git am --continue`, then run this
+    command again: it picks up the finished series.
+It says where each release's files came from (an install, a cached wheel,
+or the MB read by range). Then it writes the patches/releases.tsv row (a
+topic still at a conflict is "not yet"), lists RELEASE in
+patches/candidates.tsv when it wrote a series (a candidate until
+`scripts/test.sh --releases RELEASE` has passed; then `--served`), runs
+scripts/update-docs and scripts/check-patches on what it wrote.
+
+  --from BASE        replay BASE's series (e.g. v2.14.1) for every topic named
+  --topic T          only topic T (repeat, or T1,T2); default: every topic
+  --python PY        read RELEASE's files from PY's torch instead of the wheel
+  --base-python V=PY read base V's pristine files from PY's torch (repeat)
+  --check            say all of this, write nothing (scratch repositories
+                     are made under a temporary directory and removed)
+  --served           RELEASE's matrix passed: remove it from candidates.tsv
+  --patches DIR      the patches directory to read and write (default: the
+                     clone's patches/); update-docs runs only on the clone's
+  --scratch DIR      where scratch repositories go (default:
+                     $PREGRAD_CACHE/new-base/vRELEASE/<topic>)
+
+A maintainer command of a clone: an installed torch-backport has no
+new-base.
+Exit codes: 0 every topic served (written, a base's row, or has it); 1 a
+topic stopped at a conflict (the others were written) or a refusal (nothing
+written); 2 usage error; 130 interrupted.
+"""
+
+NEEDS = {
+    "--from": "--from needs a base, e.g. v2.14.1",
+    "--topic": "--topic needs a topic name (or T1,T2, or all)",
+    "--python": "--python needs an interpreter",
+    "--base-python": "--base-python needs VERSION=PY, e.g. 2.14.1=venv/bin/python",
+    "--patches": "--patches needs a directory",
+    "--scratch": "--scratch needs a directory",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    release: str
+    from_base: Optional[str]
+    topics: List[str]
+    python: Optional[str]
+    base_pythons: Dict[str, str]
+    check: bool
+    served: bool
+    patches: Path
+    scratch: Optional[Path]
+
+
+def parser() -> grammar.Parser:
+    made = grammar.parser(PROG)
+    made.add_argument("--from", dest="from_base")
+    made.add_argument("--topic", dest="topics", action="append", default=[])
+    made.add_argument("--python")
+    made.add_argument("--base-python", dest="base_pythons", action="append", default=[])
+    made.add_argument("--check", action="store_true")
+    made.add_argument("--served", action="store_true")
+    made.add_argument("--patches")
+    made.add_argument("--scratch")
+    return made
+
+
+def base_pythons(given: List[str]) -> Dict[str, str]:
+    found: Dict[str, str] = {}
+    for value in given:
+        version, eq, python = value.partition("=")
+        if not eq or not python:
+            raise UsageError(NEEDS["--base-python"])
+        found[version.lstrip("v")] = python
+    return found
+
+
+def release_named(positional: List[str]) -> str:
+    if not positional:
+        raise UsageError("name the RELEASE, e.g. scripts/new-base 2.16.0")
+    if len(positional) > 1:
+        raise UsageError(f"one RELEASE only (got {positional[0]} and {positional[1]})")
+    release = positional[0].lstrip("v")
+    if not re.fullmatch(r"\d+\.\d+\.\d+", release):
+        raise UsageError(f"RELEASE is a torch release like 2.16.0, not {release!r}")
+    return release
+
+
+def read(argv: Sequence[str]) -> Optional[Request]:
+    """The request `argv` makes, None for --help; UsageError naming what is wrong."""
+    known, positional = grammar.parse(parser(), argv, NEEDS)
+    if known.helping:
+        return None
+    from_base = known.from_base
+    if from_base is not None and not from_base.startswith("v"):
+        from_base = f"v{from_base}"
+    patches = Path(known.patches) if known.patches else REPO / "patches"
+    if not (patches / "topics.tsv").is_file():
+        raise UsageError(f"{patches} has no topics.tsv: not a patches directory")
+    return Request(release_named(positional), from_base,
+                   [part for value in known.topics for part in value.split(",") if part],
+                   known.python, base_pythons(known.base_pythons), known.check, known.served,
+                   patches, Path(known.scratch) if known.scratch else None)

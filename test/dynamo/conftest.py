@@ -2,12 +2,24 @@
 module the behaviour and results suites create live on that device, through
 torch's default device; unset, they run on the CPU as always.
 
-PREGRAD_STOCK_DISCRIMINATING=VERSION (scripts/test.sh, on full-tier stock
-builds) deselects the tests whose stock run can tell nothing the patched run
-of the same release does not (stock_expectations.checks_something_on_stock):
-those expected to pass on both, outside 2.12 (the stock behaviour the feature
-is defined by) and the tool's own suites. Every one of them still runs on the
-patched build.
+The verdict of a matrix job (test/harness/matrix.py) is pytest's own exit
+status; what a build is expected to fail is said here, as strict xfails:
+
+- PREGRAD_EXPECT_STOCK=VERSION (every stock job): a test that
+  stock_expectations.expected_outcome says fails on stock torch VERSION is
+  marked xfail(strict=True), so that a defect that went away upstream, or a
+  test that cannot fail, passes and so fails the run (XPASS(strict)); one
+  whose stock outcome proves nothing either way ("any") is a plain xfail.
+- PREGRAD_EXPECT_PATCHED=VERSION (every patched job): the tests
+  stock_expectations.expected_patched_outcome says fail on patched VERSION
+  (a needless miss upstream's keying keeps) are strict xfails; every other
+  test must pass.
+- PREGRAD_STOCK_DISCRIMINATING=VERSION (full-tier stock jobs) deselects the
+  tests whose stock run can tell nothing the patched run of the same release
+  does not (stock_expectations.checks_something_on_stock): those expected to
+  pass on both, outside 2.12 (the stock behaviour the feature is defined by)
+  and the tool's own suites. Every one of them still runs on the patched
+  build.
 
 Every test starts with empty compile caches but keeps the C++ kernels earlier
 tests of the process compiled (compile_caches.py)."""
@@ -17,6 +29,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +40,10 @@ DEVICE = os.environ.get("PREGRAD_TEST_DEVICE", "")
 if DEVICE:
     torch.set_default_device(DEVICE)
 
+EXPECT_STOCK = "PREGRAD_EXPECT_STOCK"
+EXPECT_PATCHED = "PREGRAD_EXPECT_PATCHED"
+STOCK_DISCRIMINATING = "PREGRAD_STOCK_DISCRIMINATING"
+HERE = Path(__file__).resolve().parent
 PROCESS_CACHE_DIR = make_process_cache_dir()
 
 
@@ -41,17 +58,50 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    version = os.environ.get("PREGRAD_STOCK_DISCRIMINATING")
+    # A conftest's collection hook sees every item of the session: keep to
+    # the suites of this directory, the ones stock_expectations.py knows.
+    ours = [item for item in items if item.path.parent == HERE]
+    deselect_what_stock_cannot_tell(config, items, ours)
+    mark_expected_failures(items)
+
+
+def deselect_what_stock_cannot_tell(config: pytest.Config, items: list[pytest.Item],
+                                    ours: list[pytest.Item]) -> None:
+    version = os.environ.get(STOCK_DISCRIMINATING)
     if not version:
         return
     from stock_expectations import checks_something_on_stock
 
-    kept, dropped = [], []
-    for item in items:
-        if checks_something_on_stock(version, item.path.name, item.name):
-            kept.append(item)
-        else:
-            dropped.append(item)
+    dropped = [item for item in ours
+               if not checks_something_on_stock(version, item.path.name, item.name)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+        gone = set(map(id, dropped))
+        items[:] = [item for item in items if id(item) not in gone]
+
+
+def mark_expected_failures(items: list[pytest.Item]) -> None:
+    stock, patched = os.environ.get(EXPECT_STOCK), os.environ.get(EXPECT_PATCHED)
+    if stock and patched:
+        raise pytest.UsageError(f"{EXPECT_STOCK} and {EXPECT_PATCHED} are both set: a build "
+                                "is stock or patched")
+    if not (stock or patched):
+        return
+    from stock_expectations import expected_outcome, expected_patched_outcome
+
+    for item in (item for item in items if item.path.parent == HERE):
+        try:
+            outcome = (expected_outcome(stock, item.path.name, item.name) if stock
+                       else expected_patched_outcome(patched, item.path.name, item.name))
+        except ValueError as unknown:  # a new test without an expectation: say so, fail
+            raise pytest.UsageError(f"{item.nodeid}: {unknown} (test/dynamo/"
+                                    "stock_expectations.py)") from unknown
+        if outcome == "fail":
+            build = f"stock torch {stock}" if stock else f"patched torch {patched}"
+            item.add_marker(pytest.mark.xfail(strict=True, reason=(
+                f"expected to fail on {build} (test/dynamo/stock_expectations.py); "
+                "a pass here means the defect or the test changed")))
+        elif outcome == "any":
+            item.add_marker(pytest.mark.xfail(strict=False, reason=(
+                f"its outcome on stock torch {stock} proves nothing either way "
+                "(test/dynamo/stock_expectations.py)")))

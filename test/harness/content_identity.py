@@ -1,4 +1,5 @@
-"""Which tested releases run the same CPU code: the guard of scripts/test.sh's tiers.
+"""Which tested releases run the same CPU code: the guard of the matrix's tiers
+(scripts/test.sh, test/harness/matrix.py).
 
 Usage: PY test/harness/content_identity.py RELEASE=SITE_PACKAGES ...
 (PY: a test venv's python; it needs pyelftools, from requirements/test.txt)
@@ -31,7 +32,11 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
 REPO = Path(__file__).resolve().parents[2]
-RELEASES = REPO / "patches" / "releases.tsv"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from torch_backport.tables import read_releases, release_numbers  # noqa: E402
+
+PATCHES = REPO / "patches"
 
 # What "the same content" ignores, and why: the one list of it.
 IGNORED = {
@@ -191,29 +196,25 @@ def in_a_stamp(data: bytes, other: bytes, i: int, pairs: List[Tuple[bytes, bytes
     return False
 
 
-def series_rows() -> Dict[str, str]:
-    """release -> the series patches/releases.tsv gives each topic, as one string."""
-    rows = {}
-    for line in RELEASES.read_text().splitlines():
-        if line and not line.startswith("#"):
-            release, _, series = line.partition("\t")
-            rows[release] = series
-    return rows
+def series_rows() -> Dict[str, Tuple[Tuple[str, str], ...]]:
+    """release -> the series patches/releases.tsv gives each topic."""
+    return {release: tuple(sorted(cells.items()))
+            for release, cells in read_releases(PATCHES).cells.items()}
 
 
 def reference_first(release: str) -> Tuple[bool, Tuple[int, ...]]:
     """Sort key, descending: a series base first, then the newest."""
-    return ((REPO / "patches" / f"v{release}").is_dir(),
-            tuple(int(part) for part in re.findall(r"\d+", release)))
+    return (PATCHES / f"v{release}").is_dir(), release_numbers(release)
 
 
 def tiers(sites: Sequence[Tuple[str, Path]]) -> List[Tuple[str, str, str]]:
     """(release, "full" or "short", why) for each release, in the given order."""
     rows = series_rows()
     installs = [read_install(release, site) for release, site in sites]
-    candidates: Dict[Tuple[str, Tuple[str, ...], str], List[Install]] = {}
+    candidates: Dict[Tuple[str, Tuple[str, ...], Tuple[Tuple[str, str], ...]],
+                     List[Install]] = {}
     for install in installs:
-        key = (install.digest, install.libraries, rows.get(install.release, ""))
+        key = (install.digest, install.libraries, rows.get(install.release, ()))
         candidates.setdefault(key, []).append(install)
     verdict: Dict[str, Tuple[str, str]] = {}
     for group in candidates.values():

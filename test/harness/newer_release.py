@@ -1,10 +1,10 @@
 """Does the package index offer a torch newer than every row of
-patches/releases.tsv? scripts/test.sh runs this at the end of every run and
+patches/releases.tsv? The matrix (scripts/test.sh) runs this at the end of every run and
 prints its one line; it never fails the run (exit 0 whatever happens).
 
 When it does, what identification gives for that release is
-`scripts/new-base X --check` (it downloads the release wheel once into the
-cache, reads the touched files, replays each topic's nearest series and
+`scripts/new-base X --check` (it reads the touched files of the release
+wheel by byte range, a few MB, replays each topic's nearest series and
 writes nothing); its full output goes to stderr (test.sh: the log), and the
 line says per topic what it found.
 """
@@ -18,21 +18,26 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
-RELEASES = REPO / "patches" / "releases.tsv"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from torch_backport.tables import read_releases, release_numbers  # noqa: E402
+
 NEW_BASE = REPO / "scripts" / "new-base"
 Numbers = Tuple[int, ...]
+# A final release, a local label (+cpu) being the same release; not a
+# pre-release (rc, dev), which the project's version order would rank as
+# the final release it leads to.
+FINAL_RELEASE = re.compile(r"\d+\.\d+\.\d+(?:\+\S+)?")
 
 
 def numbers(version: str) -> Optional[Numbers]:
-    """(2, 16, 0) for a final release 2.16.0 (a local label is the same
-    release); None for a pre-release or anything else."""
-    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\+\S+)?", version.strip())
-    return tuple(int(part) for part in match.groups()) if match else None
+    """(2, 16, 0) for a final release 2.16.0, in torch_backport.tables'
+    version order; None for a pre-release or anything else."""
+    return release_numbers(version.strip()) if FINAL_RELEASE.fullmatch(version.strip()) else None
 
 
 def listed() -> List[str]:
-    return [line.split("\t")[0] for line in RELEASES.read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
+    return read_releases(REPO / "patches").versions
 
 
 def newer(offered: List[str], known: List[str]) -> Optional[str]:

@@ -1,0 +1,384 @@
+"""Usage: scripts/test.sh [--releases 2.11.0,2.14.1] [--list] [-- PYTEST_ARGS ...]
+       scripts/test.sh --help
+(scripts/test.sh runs `python3 test/harness/matrix.py`.)
+
+Runs every test, on a fresh machine too. For each torch release in
+patches/releases.tsv (or those named with --releases) it makes sure a venv
+with that stock torch exists under $PREGRAD_CACHE/venvs (test/harness/venvs.py;
+the first run downloads about 4.6 GB per release, and lifts a pip-configured
+cap on torch for those installs, saying so; files that two venvs share byte
+for byte are then hard-linked, with util-linux's hardlink), makes a
+hard-linked copy of it and applies every topic there (apply.sh --topic all
+picks each topic's series by the files' content; it writes each file by
+atomic rename, so the stock venv keeps its bytes), installs redis-server if
+it is missing (as root, with apt-get), then runs test/dynamo on the stock
+and the patched build. Each run is a pytest job whose exit status is its
+verdict; test/dynamo/conftest.py makes what a build is expected to fail a
+strict xfail:
+  - stock: each test must pass or fail exactly as
+    test/dynamo/stock_expectations.py says (the behaviour, stale-hit and
+    remote-cache tests fail on every base without the feature; the result
+    tests, real torchvision networks among them (test/torchvision.tsv pins
+    each release's torchvision), fail where upstream returns wrong
+    numbers), so a test that cannot fail is caught (XPASS(strict)); a
+    full-tier stock run keeps the tests whose stock outcome differs from
+    patched, all of 2.12.0 and the tool suites
+    (stock_expectations.checks_something_on_stock);
+  - patched: every test must pass (stock_expectations.py names the one
+    needless miss 2.15.0 keeps, upstream's autocast keying).
+Tiers by content: a release whose installed files equal another tested
+release's (test/harness/content_identity.py computes it each run, and lists
+what it ignores: version stamps, CUDA-only files) runs the short tier:
+identification, apply/--status/--revert on its real install, --wheel's
+rules and three compile cells that tell stock from patched; the series
+base of each content (else the newest) runs everything.
+The tool suite (test/tools) runs once, against small installs built from
+the stock 2.11.0 and 2.12.0 venvs, and starts as soon as those two are set
+up, while the other venvs install. When 2.11.0 is tested, the patched
+wheel: `apply.sh --wheel torch==2.11.0` builds it from the cached release
+wheel (about a minute), pip installs it into another hard-linked copy of the
+stock venv, and that venv runs test/dynamo/test_installed_patched_wheel.py
+(pip check, --status, every installed file's sha256 against the patched
+2.11.0 copy, the README's hash-pin recipe in a fresh venv); the uv-fleet job
+follows. A job starts as soon as its venvs are ready: one at a time while
+venvs install, then two, longest first.
+At the end it prints a table build x suite -> passed / failed /
+expected-fail with a verdict, each job's wall time and tier, and a
+summary line. Full pytest output, expected failures included, goes to log
+files under $PREGRAD_LOGS (default: test-logs/ in the repository), not to
+the terminal.
+
+--releases LIST  comma-separated torch releases to test (default: every
+                 release in patches/releases.tsv); the tool suite runs whenever
+                 2.11.0 and 2.12.0 are part of the run. --bases v2.11.0 is
+                 the old spelling and still works.
+--list           print the planned jobs, one JSON object a line (name, build,
+                 python, argv, env, release), and run nothing: no venv is made,
+                 no log written; the tiers by content are computed when every
+                 stock venv is ready, else the releases are planned full.
+PYTEST_ARGS      (after --) go to every pytest run; the stock jobs are
+                 left out then, since a selection says nothing about "fails
+                 exactly where expected".
+Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport),
+PREGRAD_LOGS (default <repo>/test-logs).
+Exit codes: 0 every job's pytest exited 0; 1 anything else; 2 usage error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence, TextIO, Tuple
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from torch_backport import tables  # noqa: E402
+from torch_backport.errors import Refused  # noqa: E402
+from torch_backport.fsio import cache_dir  # noqa: E402
+
+import venvs  # noqa: E402
+from matrix_jobs import WHEEL_RELEASE, Build, Job, SetupFailed, Tier, plan  # noqa: E402
+from matrix_report import table, verdicts, wall_times  # noqa: E402
+from matrix_scheduler import PytestRunner, Scheduler  # noqa: E402
+
+PATCHES = REPO / "patches"
+APPLY = REPO / "scripts" / "apply.sh"
+HARNESS = REPO / "test" / "harness"
+
+
+class UsageError(Exception):
+    """Arguments this command does not take: exit 2."""
+
+
+class HelpWanted(Exception):
+    """-h or --help among the arguments: the usage text, exit 0."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    releases: List[str]
+    pytest_args: List[str]
+    list_only: bool = False
+
+
+def parse(argv: Sequence[str], served: Sequence[str]) -> Options:
+    releases, list_only = list(served), False
+    rest = list(argv)
+    while rest:
+        argument = rest.pop(0)
+        if argument in ("--releases", "--bases"):
+            if not rest:
+                raise UsageError(f"test.sh: {argument} needs a list, e.g. 2.11.0")
+            listed = rest.pop(0)
+            # --bases v2.11.0,v2.12.0: the old spelling names the series.
+            releases = [item[1:] if item.startswith("v") else item
+                        for item in listed.split(",")] if listed else []
+        elif argument in ("-h", "--help"):
+            raise HelpWanted()
+        elif argument == "--list":
+            list_only = True
+        elif argument == "--":
+            return Options(checked(releases, served), rest, list_only)
+        else:
+            raise UsageError(f"test.sh: unknown argument: {argument} (see --help)")
+    return Options(checked(releases, served), [], list_only)
+
+
+def checked(releases: List[str], served: Sequence[str]) -> List[str]:
+    have = ",".join(served)
+    if not releases:
+        raise UsageError(f"test.sh: --releases names no release (have: {have})")
+    for release in releases:
+        if release not in served:
+            raise UsageError(f"test.sh: {release} is not in patches/releases.tsv (have: {have})")
+    return list(dict.fromkeys(releases))  # a release named twice is tested once
+
+
+def step(line: str) -> None:
+    print(f"== {line}", file=sys.stderr, flush=True)
+
+
+def minutes(seconds: float) -> str:
+    whole, rest = divmod(round(seconds), 60)
+    return f"{whole} min {rest:02d} s"
+
+
+def tiers_by_content(builds: Sequence[Build], log: TextIO) -> List[Tuple[str, Tier]]:
+    """content_identity.py, run by a test venv's python (it has pyelftools,
+    requirements/test.txt), over every stock venv's site-packages."""
+    sites = []
+    for build in builds:
+        site = subprocess.run([build.stock, "-c", "import sysconfig; "
+                               "print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True)
+        if site.returncode != 0:
+            raise SetupFailed(f"could not ask {build.stock} for its site-packages")
+        sites.append(f"{build.release}={site.stdout.strip()}")
+    log.flush()
+    found = subprocess.run([builds[0].stock, str(HARNESS / "content_identity.py"), *sites],
+                           stdout=subprocess.PIPE, stderr=log, text=True)
+    if found.returncode != 0:
+        raise SetupFailed(f"could not compare the releases' files; see {log.name}")
+    tiers = []
+    for line in found.stdout.splitlines():
+        release, level, why = line.split("|", 2)
+        tiers.append((release, Tier(level, why)))
+    return tiers
+
+
+class RealSetup:
+    """The venvs, the patched wheel and the tiers by content, made now; the
+    setup's own output goes to <logs>/venvs.log and wheel.log."""
+
+    def __init__(self, logs: Path, venvs_log: TextIO, started: float) -> None:
+        self.logs = logs
+        self.venvs_log = venvs_log
+        self.started = started
+
+    def note(self, line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    def release(self, release: str) -> Build:
+        try:
+            stock = venvs.ensure_venv(release, log=self.venvs_log)
+        except venvs.InstallFailed as failure:
+            raise SetupFailed(f"could not set up torch {release} ({failure}); see "
+                              f"{self.logs}/venvs.log") from failure
+        try:
+            patched = venvs.patched_copy(release, f"torch-{release}-patched",
+                                         ["--topic", "all"], log=self.venvs_log)
+        except venvs.InstallFailed as failure:
+            raise SetupFailed(f"applying the series to a copy of the torch {release} venv "
+                              f"failed; see {self.logs}/venvs.log") from failure
+        self.note(f"   {release}: stock {stock}, patched {patched} "
+                  f"({minutes(time.monotonic() - self.started)} in)")
+        torchvision = venvs.pinned(venvs.TORCHVISION_PINS, release)
+        if not torchvision.reason.startswith("built for torch "):
+            # A release the index has no torchvision built for: say what it got.
+            self.note(f"   {release}: torchvision {torchvision.version} ({torchvision.reason})")
+        return Build(release, str(stock), str(patched))
+
+    def patched_wheel(self, builds: Dict[str, Build]) -> Tuple[str, str]:
+        """The patched 2.11.0 wheel, pip-installed into a copy of the stock venv."""
+        wheel_log = self.logs / "wheel.log"
+        step(f"patched wheel of torch {WHEEL_RELEASE}, installed into a copy of its venv "
+             f"(logs: {wheel_log})")
+        wheel_venv = venvs.venvs_dir() / f"torch-{WHEEL_RELEASE}-wheel"
+        stock_venv = Path(builds[WHEEL_RELEASE].stock).parent.parent
+        with open(wheel_log, "a") as log:
+            made = subprocess.run([str(APPLY), "--wheel", f"torch=={WHEEL_RELEASE}", "--out",
+                                   str(cache_dir() / "patched-wheels")],
+                                  stdout=subprocess.PIPE, stderr=log, text=True)
+            log.write(made.stdout)
+            wrote = [line[len("wrote "):] for line in made.stdout.splitlines()
+                     if line.startswith("wrote ")]
+            shutil.rmtree(wheel_venv, ignore_errors=True)
+            if not (wrote and venvs.run_into(log, ["cp", "-al", stock_venv, wheel_venv])
+                    and venvs.run_into(log, [venvs.python_of(wheel_venv), *venvs.QUIET_PIP,
+                                             "install", "--no-deps", wrote[-1]])):
+                raise SetupFailed(f"building or installing the patched {WHEEL_RELEASE} wheel "
+                                  f"failed; see {wheel_log}")
+        self.note(f"   {wrote[-1]}")
+        return str(venvs.python_of(wheel_venv)), wrote[-1]
+
+    def tiers(self, builds: Sequence[Build]) -> List[Tuple[str, Tier]]:
+        step("tiers by content (test/harness/content_identity.py)")
+        return tiers_by_content(builds, self.venvs_log)
+
+
+class PredictedSetup:
+    """--list: where the run would put each venv, making none."""
+
+    def note(self, line: str) -> None:
+        print(line, file=sys.stderr)
+
+    def release(self, release: str) -> Build:
+        if not venvs.is_ready(venvs.venvs_dir() / f"torch-{release}", release):
+            self.note(f"   {release}: no ready stock venv yet (a run makes it)")
+        return Build(release, str(venvs.python_of(venvs.venvs_dir() / f"torch-{release}")),
+                     str(venvs.python_of(venvs.venvs_dir() / f"torch-{release}-patched")))
+
+    def patched_wheel(self, builds: Dict[str, Build]) -> Tuple[str, str]:
+        return (str(venvs.python_of(venvs.venvs_dir() / f"torch-{WHEEL_RELEASE}-wheel")),
+                f"<the wheel `apply.sh --wheel torch=={WHEEL_RELEASE}` writes>")
+
+    def tiers(self, builds: Sequence[Build]) -> List[Tuple[str, Tier]]:
+        missing = [build.release for build in builds
+                   if not venvs.is_ready(Path(build.stock).parent.parent, build.release)]
+        if not missing:
+            with open(os.devnull, "w") as quiet:
+                return tiers_by_content(builds, quiet)
+        why = f"by content after setup; not computed: no ready venv for {', '.join(missing)}"
+        return [(build.release, Tier("full", why)) for build in builds]
+
+
+def list_plan(options: Options) -> int:
+    planned: List[Job] = []
+    try:
+        plan(options.releases, options.pytest_args, PredictedSetup(), planned.append)
+    except SetupFailed as failure:
+        print(f"test.sh: {failure}", file=sys.stderr)
+        return 1
+    for job in planned:
+        print(json.dumps(dataclasses.asdict(job)))
+    return 0
+
+
+def ensure_redis(logs: Path) -> None:
+    """The remote-cache tests run a real redis-server (Debian's package)."""
+    if shutil.which("redis-server"):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise SetupFailed("redis-server is missing; install it (sudo apt-get install "
+                          "redis-server) and rerun")
+    step(f"installing redis-server (apt-get; logs: {logs}/apt.log)")
+    with open(logs / "apt.log", "w") as log:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        if not (venvs.run_into(log, ["apt-get", "update", "-q"], env)
+                and venvs.run_into(log, ["apt-get", "install", "-y", "-q", "redis-server"], env)):
+            raise SetupFailed(f"apt-get install redis-server failed; see {logs}/apt.log")
+
+
+def prepare_environment() -> None:
+    """What every process of the run inherits."""
+    os.environ["PYTORCH_PRINT_REPRO_ON_FAILURE"] = "0"
+    # The tests start apply.sh (whose launcher is `python3`) hundreds of
+    # times. Where python3 is a version manager's shim (pyenv's costs 0.3 s a
+    # call here) they get the interpreter the shim ran, first on PATH.
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+
+
+def abandon(scheduler: Scheduler, runner: PytestRunner) -> None:
+    """Start no other job and end the running ones (their process groups):
+    nothing the run started outlives it."""
+    scheduler.cancel_pending()
+    runner.stop()
+    scheduler.wait()
+
+
+def run(options: Options) -> int:
+    started = time.monotonic()
+    logs = Path(os.environ.get("PREGRAD_LOGS") or REPO / "test-logs")
+    shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir(parents=True)
+    prepare_environment()
+    runner = PytestRunner(logs, os.environ, REPO)
+    scheduler = Scheduler(runner, limit=1)  # one job while venvs install
+    try:
+        ensure_redis(logs)
+        step(f"venvs (logs: {logs}/venvs.log); jobs start as their venvs are ready "
+             f"(logs: {logs}/<job>.log)")
+        with open(logs / "venvs.log", "a") as venvs_log:
+            tiers = plan(options.releases, options.pytest_args,
+                         RealSetup(logs, venvs_log, started), scheduler.queue)
+        step(f"{len(scheduler.queued)} pytest runs in all, two at a time from here")
+        scheduler.set_limit(2)
+        scheduler.wait()
+    except SetupFailed as failure:
+        print(f"test.sh: {failure}", file=sys.stderr)
+        abandon(scheduler, runner)
+        return 1
+    except BaseException:  # Ctrl-C, or a bug here: the jobs go too
+        abandon(scheduler, runner)
+        raise
+    return report(options, logs, scheduler, tiers, started)
+
+
+def report(options: Options, logs: Path, scheduler: Scheduler, tiers: Dict[str, Tier],
+           started: float) -> int:
+    found = verdicts(scheduler.queued, scheduler.outcomes, logs)
+    print(table(found.rows))
+    print(wall_times(scheduler.queued, scheduler.outcomes, tiers))
+    print(f"logs: {logs} ({minutes(time.monotonic() - started)})", flush=True)
+    # A torch newer than every row of patches/releases.tsv is on the index:
+    # say so, and what identification gives for it (never a failure here).
+    with open(logs / "newer-release.log", "a") as log:
+        subprocess.run([sys.executable, str(HARNESS / "newer_release.py")], stderr=log)
+    print(f"expected failures on stock builds: {found.stock_expected_failures} (each one a "
+          "defect or missing feature the tests detect)")
+    passed = not found.failed_jobs
+    # A release scripts/new-base wrote is a candidate until its matrix passes.
+    for candidate in tables.read_candidates(PATCHES):
+        if candidate not in options.releases:
+            continue
+        if passed:
+            print(f"candidate {candidate}: its matrix passed in this run; serve it: "
+                  f"scripts/new-base {candidate} --served")
+        else:
+            print(f"candidate {candidate}: this run did not pass; it stays a candidate")
+    print(f"summary: {found.total.passed} passed, {found.total.failed} failed")
+    return 0 if passed else 1
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        options = parse(argv, tables.read_releases(PATCHES).versions)
+    except HelpWanted:
+        print(__doc__.strip())
+        return 0
+    except UsageError as problem:
+        print(problem, file=sys.stderr)
+        return 2
+    except Refused as problem:  # patches/releases.tsv itself is malformed
+        print(f"test.sh: {problem}", file=sys.stderr)
+        return 1
+    os.chdir(REPO)
+    try:
+        return list_plan(options) if options.list_only else run(options)
+    except KeyboardInterrupt:
+        print("test.sh: interrupted", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    # Output piped into `head` ends quietly, as a shell command's does.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sys.exit(main(sys.argv[1:]))

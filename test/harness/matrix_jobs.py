@@ -1,0 +1,260 @@
+"""The matrix's pytest runs as data (test/harness/matrix.py runs them): which
+suites each build runs, with which interpreter and environment, in which
+order. Nothing here starts a process.
+
+A stock job says its release in PREGRAD_EXPECT_STOCK and a patched job in
+PREGRAD_EXPECT_PATCHED: test/dynamo/conftest.py then marks what that build
+is expected to fail as strict xfails, so pytest's exit status is the job's
+verdict (test/dynamo/stock_expectations.py says what fails where).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+
+REPO = Path(__file__).resolve().parents[2]
+
+RESULTS_SUITE = "test/dynamo/test_pre_grad_results.py"
+REAL_MODELS_SUITE = "test/dynamo/test_real_models.py"
+IDENTIFICATION_SUITE = "test/dynamo/test_release_identification.py"
+DYNAMO_SUITES = (IDENTIFICATION_SUITE,
+                 "test/dynamo/test_pre_grad_pass_timing.py",
+                 "test/dynamo/test_pre_grad_stale_hits.py",
+                 "test/dynamo/test_pre_grad_remote_cache.py", RESULTS_SUITE,
+                 "test/dynamo/test_cpu_isa_probe.py", "test/dynamo/test_autocast_cache.py",
+                 "test/dynamo/test_torchao_quant_lift_up.py", REAL_MODELS_SUITE)
+# Stock builds only: they need the release's own files.
+STOCK_ONLY_SUITES = ("test/dynamo/test_patched_wheel_rules.py",
+                     "test/dynamo/test_real_install_round_trip.py")
+# The results suites are a patched build's longest: a job of their own.
+OTHER_SUITES = tuple(s for s in DYNAMO_SUITES if s not in (RESULTS_SUITE, REAL_MODELS_SUITE))
+# The short tier (a release whose content another tested release has,
+# test/harness/content_identity.py): compile cells that tell stock from
+# patched on every release: the results cell upstream gets wrong, a
+# behaviour test of the feature, the autocast key.
+SHORT_CELLS = (
+    f"{RESULTS_SUITE}::PreGradResultsTests::"
+    "test_matches_eager_timing_late_freezing_entry_compile_fx_model_name_conv_bn",
+    "test/dynamo/test_pre_grad_pass_timing.py::PreGradPassTimingTests::"
+    "test_pre_grad_passes_default_timing_with_uuid",
+    "test/dynamo/test_autocast_cache.py::AutocastCacheTests::"
+    "test_region_without_dtype_misses_under_another_ambient_dtype")
+# The random properties (stacks of modules, compile sequences under
+# autocast) prove nothing on stock (they may or may not draw a failing
+# case); the two-process autocast test repeats on stock what the
+# one-process tests already show there: patched only.
+NOT_ON_STOCK = "not random_stacks and not under_autocast and not processes_sharing_a_cache"
+# scripts/new-base, rehearsed on every base: the stock venv of each base's
+# release, and of 2.12.1 (a release whose files are a base's).
+NEW_BASE_RELEASES = ("2.9.0", "2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0",
+                     "2.14.1")
+# The tool suite builds its small installs from these two stock venvs.
+TOOLS_STOCK, TOOLS_UPSTREAM = "2.11.0", "2.12.0"
+WHEEL_RELEASE = "2.11.0"  # the patched wheel built, installed and tested
+
+
+class SetupFailed(Exception):
+    """A venv, the patched wheel or the tiers could not be set up: exit 1."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One pytest run: `python -m pytest` with the matrix's own flags, a
+    JUnit report at <logs>/<name>.xml, then `argv`; `env` on top of the
+    matrix's environment. The verdict is pytest's exit status."""
+    name: str  # the log and report: <logs>/<name>.log, <logs>/<name>.xml
+    build: str  # the table's first column: stock-X, patched-X, wheel-X, tools
+    python: str
+    argv: List[str]
+    env: Dict[str, str] = dataclasses.field(default_factory=dict)
+    release: Optional[str] = None  # whose tier the wall-time table names
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """A release's two interpreters: its stock venv and the patched copy."""
+    release: str
+    stock: str
+    patched: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Tier:
+    level: str  # "full" or "short"
+    why: str
+
+
+def full_tier(build: Build, pytest_args: Sequence[str]) -> List[Job]:
+    """Every suite, stock and patched, longest first. With PYTEST_ARGS (a
+    selection) there is no stock job: a selection says nothing about "fails
+    exactly where expected"."""
+    release = build.release
+    patched_env = {"PREGRAD_EXPECT_PATCHED": release}
+    jobs = [Job(f"patched-{release}-results", f"patched-{release}", build.patched,
+                [RESULTS_SUITE, REAL_MODELS_SUITE, *pytest_args], patched_env, release)]
+    if not pytest_args:
+        # A full-tier stock run keeps what it can tell (conftest.py,
+        # stock_expectations.checks_something_on_stock).
+        jobs.append(Job(f"stock-{release}", f"stock-{release}", build.stock,
+                        ["-k", NOT_ON_STOCK, *DYNAMO_SUITES, *STOCK_ONLY_SUITES],
+                        {"PREGRAD_EXPECT_STOCK": release,
+                         "PREGRAD_STOCK_DISCRIMINATING": release}, release))
+    jobs.append(Job(f"patched-{release}", f"patched-{release}", build.patched,
+                    [*OTHER_SUITES, *pytest_args], patched_env, release))
+    return jobs
+
+
+def short_tier(build: Build, pytest_args: Sequence[str]) -> List[Job]:
+    """Identification, the real install's round trip and --wheel's rules
+    (stock), and SHORT_CELLS, stock and patched."""
+    release = build.release
+    jobs = [Job(f"patched-{release}-short", f"patched-{release}", build.patched,
+                [IDENTIFICATION_SUITE, *SHORT_CELLS, *pytest_args],
+                {"PREGRAD_EXPECT_PATCHED": release}, release)]
+    if not pytest_args:
+        jobs.append(Job(f"stock-{release}-short", f"stock-{release}", build.stock,
+                        [IDENTIFICATION_SUITE, *STOCK_ONLY_SUITES, *SHORT_CELLS],
+                        {"PREGRAD_EXPECT_STOCK": release}, release))
+    return jobs
+
+
+def tools_env(builds: Dict[str, Build]) -> Dict[str, str]:
+    """The real installs test/tools/fake_install.py copies from."""
+    return {"PREGRAD_STOCK_PYTHON": builds[TOOLS_STOCK].stock,
+            "PREGRAD_UPSTREAM_PYTHON": builds[TOOLS_UPSTREAM].stock}
+
+
+def tools_job(builds: Dict[str, Build], pytest_args: Sequence[str]) -> Job:
+    # test_new_base.py needs every base's stock venv and test_uv_end_to_end.py
+    # the release wheel in the cache: jobs of their own.
+    return Job("tools", "tools", builds[TOOLS_STOCK].patched,
+               ["test/tools", "--ignore=test/tools/test_new_base.py",
+                "--ignore=test/tools/test_uv_end_to_end.py", *pytest_args],
+               tools_env(builds))
+
+
+def wheel_jobs(builds: Dict[str, Build], wheel_python: str, wheel: str,
+               pytest_args: Sequence[str]) -> List[Job]:
+    """The patched wheel's installed venv, whose files are compared with the
+    patched copy's (which runs every suite; the README's hash-pin recipe, a
+    rebuild and a fresh venv, makes it one of the longer jobs); then uv in
+    place on the real wheel (now in the cache) and two foreign targets'
+    patched wheels."""
+    copy = builds[WHEEL_RELEASE]
+    env = {**(tools_env(builds) if TOOLS_UPSTREAM in builds else {}),
+           "PREGRAD_PATCHED_WHEEL": wheel, "PREGRAD_PATCHED_COPY_PYTHON": copy.patched}
+    return [Job(f"wheel-{WHEEL_RELEASE}", f"wheel-{WHEEL_RELEASE}", wheel_python,
+                ["test/dynamo/test_installed_patched_wheel.py", *pytest_args], dict(env)),
+            Job("uv-fleet", "tools", copy.stock,
+                ["test/tools/test_uv_end_to_end.py", *pytest_args],
+                {**env, "PREGRAD_UV_FLEET": "1"})]
+
+
+def new_base_job(builds: Dict[str, Build], pytest_args: Sequence[str]) -> Optional[Job]:
+    """The rehearsal of scripts/new-base on every base; None unless every
+    release of NEW_BASE_RELEASES is part of the run."""
+    if not all(release in builds for release in NEW_BASE_RELEASES):
+        return None
+    pythons = ",".join(f"{release}={builds[release].stock}" for release in NEW_BASE_RELEASES)
+    return Job("new-base", "tools", builds[TOOLS_STOCK].stock,
+               ["test/tools/test_new_base.py", *pytest_args],
+               {**tools_env(builds), "PREGRAD_RELEASE_PYTHONS": pythons})
+
+
+def is_series_base(release: str) -> bool:
+    """A release a series is cut against (patches/v<release>/) runs the full
+    tier whatever else is tested: content_identity.py makes it the
+    reference of its content."""
+    return (REPO / "patches" / f"v{release}").is_dir()
+
+
+class Setup(Protocol):
+    """What the plan needs set up, as it needs it: matrix.py's real setup
+    (venvs, the wheel, the tiers by content) or --list's prediction."""
+
+    def release(self, release: str) -> Build: ...
+
+    def patched_wheel(self, builds: Dict[str, Build]) -> Tuple[str, str]:
+        """(the python of a venv with the patched wheel installed, the wheel)."""
+
+    def tiers(self, builds: Sequence[Build]) -> List[Tuple[str, Tier]]:
+        """(release, its tier by content) for each build, in the order given."""
+
+    def note(self, line: str) -> None: ...
+
+
+def setup_order(selected: Sequence[str]) -> List[str]:
+    """The tool suite needs stock 2.11.0 and 2.12.0 only: those first."""
+    first = [release for release in (TOOLS_STOCK, TOOLS_UPSTREAM) if release in selected]
+    return first + [release for release in selected if release not in first]
+
+
+def plan(selected: Sequence[str], pytest_args: Sequence[str], setup: Setup,
+         queue: Callable[[Job], None]) -> Dict[str, Tier]:
+    """Set up each release and queue its jobs as soon as what they need is
+    there; then the tiers by content, the other releases' jobs and the
+    new-base rehearsal. The tier of each release."""
+    builds: Dict[str, Build] = {}
+    tiers = queue_as_set_up(selected, pytest_args, setup, queue, builds)
+    queue_by_tier(selected, pytest_args, setup, queue, builds, tiers)
+    rehearsal = new_base_job(builds, pytest_args)
+    if rehearsal is None:
+        setup.note(f"   new-base rehearsal: not run (needs {' '.join(NEW_BASE_RELEASES)} "
+                   "among --releases)")
+    else:
+        queue(rehearsal)
+    return tiers
+
+
+def queue_as_set_up(selected: Sequence[str], pytest_args: Sequence[str], setup: Setup,
+                    queue: Callable[[Job], None], builds: Dict[str, Build]) -> Dict[str, Tier]:
+    """Each release set up in turn (into `builds`); what can start then
+    starts: the tool suite once its two venvs exist, the patched wheel's
+    jobs after it, a series base's full tier (it is the reference of its
+    content whatever else is tested). The tiers known so far."""
+    tiers: Dict[str, Tier] = {}
+    tools_queued = wheel_queued = False
+    for release in setup_order(selected):
+        builds[release] = setup.release(release)
+        if not tools_queued and TOOLS_STOCK in builds and TOOLS_UPSTREAM in builds:
+            queue(tools_job(builds, pytest_args))
+            tools_queued = True
+        if tools_queued and not wheel_queued:
+            for job in wheel_jobs(builds, *setup.patched_wheel(builds), pytest_args):
+                queue(job)
+            wheel_queued = True
+        if is_series_base(release):
+            tiers[release] = Tier("full", f"patches/v{release} is cut against it")
+            for job in full_tier(builds[release], pytest_args):
+                queue(job)
+    if WHEEL_RELEASE in builds and not wheel_queued:  # 2.12.0 not tested: no tool suite
+        for job in wheel_jobs(builds, *setup.patched_wheel(builds), pytest_args):
+            queue(job)
+    return tiers
+
+
+def queue_by_tier(selected: Sequence[str], pytest_args: Sequence[str], setup: Setup,
+                  queue: Callable[[Job], None], builds: Dict[str, Build],
+                  tiers: Dict[str, Tier]) -> None:
+    """The tiers by content, computed from the installed files now (into
+    `tiers`); the full-tier releases' jobs, then the short ones (longest
+    first). A series base must come out full."""
+    short_jobs: List[Job] = []
+    for release, tier in setup.tiers([builds[release] for release in selected]):
+        setup.note(f"   {release}: {tier.level} tier ({tier.why})")
+        if release in tiers and tier.level != "full":
+            raise SetupFailed(f"{release} is a series base but content_identity.py gives "
+                              f"it the {tier.level} tier")
+        queued_already = release in tiers
+        tiers[release] = tier
+        if queued_already:
+            continue
+        if tier.level == "full":
+            for job in full_tier(builds[release], pytest_args):
+                queue(job)
+        else:
+            short_jobs += short_tier(builds[release], pytest_args)
+    for job in short_jobs:
+        queue(job)

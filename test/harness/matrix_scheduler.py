@@ -1,0 +1,147 @@
+"""Running the matrix's jobs (matrix_jobs.Job): a scheduler that keeps at
+most `limit` of them running, in the order queued, and the runner that
+makes one job a pytest process with its output in files.
+
+While venvs still install (downloads and unzipping: about one core) the
+matrix runs one job at a time, then two, for two cores; a job starts as soon
+as a slot is free, also while the main thread is setting up the next venv.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Deque, Dict, List, Mapping, Optional, TextIO
+
+from matrix_jobs import Job
+
+# -rs: the log says why a test skipped (test/torchao.tsv's reason, say).
+# --durations: the log says where a job's time goes.
+PYTEST_FLAGS = ("-q", "-rs", "-p", "no:randomly", "--tb=short", "--durations=15")
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How a job ended: pytest's exit status (None: it could not start)."""
+    job: Job
+    exit_code: Optional[int]
+    seconds: float
+
+
+class Scheduler:
+    """Jobs run in the order queued, at most `limit` at once, each in a
+    thread of its own that calls `run(job)`."""
+
+    def __init__(self, run: Callable[[Job], Outcome], limit: int = 1) -> None:
+        self._run = run
+        self._limit = limit
+        self._pending: Deque[Job] = collections.deque()
+        self._running = 0
+        self._changed = threading.Condition()
+        self.queued: List[Job] = []  # every job, in the order queued (the table's order)
+        self.outcomes: Dict[str, Outcome] = {}
+
+    def queue(self, job: Job) -> None:
+        with self._changed:
+            if any(earlier.name == job.name for earlier in self.queued):
+                raise ValueError(f"two jobs named {job.name}: their logs would collide")
+            self.queued.append(job)
+            self._pending.append(job)
+            self._start_what_fits()
+
+    def set_limit(self, limit: int) -> None:
+        with self._changed:
+            self._limit = limit
+            self._start_what_fits()
+
+    def cancel_pending(self) -> None:
+        with self._changed:
+            self._pending.clear()
+            self._changed.notify_all()
+
+    def wait(self) -> None:
+        """Until every queued job has ended."""
+        with self._changed:
+            while self._pending or self._running:
+                self._changed.wait()
+
+    def _start_what_fits(self) -> None:  # the caller holds self._changed
+        while self._pending and self._running < self._limit:
+            job = self._pending.popleft()
+            self._running += 1
+            threading.Thread(target=self._work, args=(job,), name=job.name, daemon=True).start()
+
+    def _work(self, job: Job) -> None:
+        begun = time.monotonic()
+        try:
+            outcome = self._run(job)
+        except Exception as problem:  # a runner bug must not hang wait(): the job failed
+            print(f"   {job.name}: could not run ({type(problem).__name__}: {problem})",
+                  file=sys.stderr)
+            outcome = Outcome(job, None, time.monotonic() - begun)
+        with self._changed:
+            self.outcomes[job.name] = outcome
+            self._running -= 1
+            self._start_what_fits()
+            self._changed.notify_all()
+
+
+class PytestRunner:
+    """Runs a job as `PYTHON -m pytest PYTEST_FLAGS --junitxml=... ARGV` in
+    the repository, output to <logs>/<name>.log, in a session of its own so
+    that it and its children can be stopped together."""
+
+    def __init__(self, logs: Path, base_env: Mapping[str, str], repo: Path,
+                 say: TextIO = sys.stderr) -> None:
+        self.logs = logs
+        self.base_env = dict(base_env)
+        self.repo = repo
+        self.say = say
+        self._processes: Dict[str, subprocess.Popen[bytes]] = {}
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    def command(self, job: Job) -> List[str]:
+        return [job.python, "-m", "pytest", *PYTEST_FLAGS,
+                f"--junitxml={self.logs / (job.name + '.xml')}", *job.argv]
+
+    def __call__(self, job: Job) -> Outcome:
+        begun = time.monotonic()
+        with open(self.logs / f"{job.name}.log", "wb") as log:
+            try:
+                with self._lock:
+                    if self._stopping:
+                        return Outcome(job, None, 0.0)
+                    process = subprocess.Popen(self.command(job), stdout=log,
+                                               stderr=subprocess.STDOUT, cwd=self.repo,
+                                               env={**self.base_env, **job.env},
+                                               start_new_session=True)
+                    self._processes[job.name] = process
+            except OSError as problem:  # no such interpreter: the log says so
+                log.write(f"could not start {job.python}: {problem}\n".encode())
+                return Outcome(job, None, time.monotonic() - begun)
+            exit_code = process.wait()
+        with self._lock:
+            del self._processes[job.name]
+        seconds = time.monotonic() - begun
+        minutes, rest = divmod(round(seconds), 60)
+        print(f"   done {job.name:<28} {minutes} min {rest:02d} s", file=self.say, flush=True)
+        return Outcome(job, exit_code, seconds)
+
+    def stop(self) -> None:
+        """End every job this runner started (its process group), and start
+        no other: the run is being abandoned."""
+        with self._lock:
+            self._stopping = True
+            for process in self._processes.values():
+                try:
+                    os.killpg(process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass

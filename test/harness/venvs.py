@@ -1,0 +1,294 @@
+"""Usage: scripts/venv.sh VERSION [NAME]
+       scripts/venv.sh VERSION --patched-copy NAME [-- APPLY_ARGS...]
+       scripts/venv.sh --help
+(scripts/venv.sh runs `python3 test/harness/venvs.py`; the matrix,
+test/harness/matrix.py, calls its functions.)
+
+Makes sure a virtual environment with torch==VERSION, the test
+requirements (requirements/test.txt), the torchao release that
+test/torchao.tsv pins for VERSION and the torchvision release that
+test/torchvision.tsv pins for it (pip install --no-deps; none where the file
+says "none") exists at $PREGRAD_CACHE/venvs/NAME (NAME defaults to
+torch-VERSION) and prints the path of its python as the last line of
+output. An environment that finished installing is reused; one whose
+install was interrupted is rebuilt; one made with other test requirements
+or another torchao or torchvision pin gets those, keeping its torch (the
+ready stamp names all four). The first install downloads about 4.6 GB (torch and its
+CUDA libraries; they run on the CPU too); pip's cache makes later ones
+local. Files of 1 MB or more that another venv under $PREGRAD_CACHE/venvs
+holds byte for byte are then hard-linked to it (util-linux's hardlink, if
+present): ten releases, with their patched copies, take about 32 GB.
+
+--patched-copy NAME makes sure the stock venv torch-VERSION exists, then
+makes NAME afresh as a hard-linked copy of it (a few MB, under a second)
+and applies the series to the copy with scripts/apply.sh, which replaces
+files by atomic rename: the stock venv keeps its bytes. Arguments after
+`--` go to apply.sh (e.g. `-- --topic pre-grad-pass-timing --topic
+cpu-isa-probe`); without them apply.sh applies the default topics.
+
+Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport),
+PYTHON (default python3): the interpreter the venv is made from.
+Exit codes: 0 ready; 1 install failed; 2 usage error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, TextIO, Union
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from torch_backport.fsio import cache_dir  # noqa: E402  (the one cache path)
+
+REQUIREMENTS = REPO / "requirements" / "test.txt"
+TORCHAO_PINS = REPO / "test" / "torchao.tsv"
+TORCHVISION_PINS = REPO / "test" / "torchvision.tsv"
+APPLY = REPO / "scripts" / "apply.sh"
+QUIET_PIP = ("-m", "pip", "--disable-pip-version-check")
+# `pip config list` prints a configured constraint file as global.constraint='PATH'.
+CONFIGURED_CONSTRAINT = re.compile(r"^[a-z]*\.constraint='(.*)'$", re.MULTILINE)
+
+
+class InstallFailed(Exception):
+    """pip (or the copy, or apply.sh) failed; the message says which. Exit 1."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A distribution's version for one torch release, from a test/*.tsv table."""
+    version: str  # "none": the distribution is not installed at all
+    reason: str
+
+
+def pinned(table: Path, release: str) -> Pin:
+    """The row of `table` (release<TAB>version<TAB>reason) for `release`;
+    "none" when the table has no row for it."""
+    for line in table.read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        fields = line.split("\t")
+        if fields[0] == release:
+            return Pin(fields[1] if len(fields) > 1 else "none",
+                       fields[2] if len(fields) > 2 else "")
+    return Pin("none", "")
+
+
+def ready_stamp(version: str) -> str:
+    """What .pregrad-ready holds once a venv finished installing; the format
+    scripts/venv.sh wrote, so that the venvs it made are reused as they are."""
+    requirements = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
+    return (f"torch=={version} {requirements} "
+            f"torchao=={pinned(TORCHAO_PINS, version).version} "
+            f"torchvision=={pinned(TORCHVISION_PINS, version).version}")
+
+
+def venvs_dir() -> Path:
+    return cache_dir() / "venvs"
+
+
+def python_of(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def is_ready(venv: Path, version: str) -> bool:
+    """Whether `venv` finished installing what this checkout wants for `version`."""
+    ready = venv / ".pregrad-ready"
+    return ready.is_file() and ready.read_text().rstrip("\n") == ready_stamp(version)
+
+
+@contextlib.contextmanager
+def locked(venv: Path) -> Iterator[None]:
+    """flock on <venv>.lock: two runs building the same venv would corrupt
+    it. The same lock file and kind as scripts/venv.sh took, so the two wait
+    for each other."""
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{venv}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def run_into(log: TextIO, argv: Sequence[Union[str, Path]],
+             env: Optional[Dict[str, str]] = None) -> bool:
+    """Run `argv` with its output into `log`; whether it succeeded."""
+    log.flush()  # our own lines first, then the command's
+    return subprocess.run([str(arg) for arg in argv], stdout=log, stderr=log,
+                          env=env).returncode == 0
+
+
+def base_interpreter() -> str:
+    return os.environ.get("PYTHON", "python3")
+
+
+def lift_configured_constraint(env: Dict[str, str], version: str, log: TextIO) -> None:
+    """pip's own configuration may cap torch below the release asked for
+    (these build machines: /etc/xdg/pip/constraints.txt, torch<=2.14.1, which
+    would refuse 2.15.0); a user's machine has no such cap. Every install
+    here pins its versions itself, so a configured constraint is lifted for
+    these pip commands only (in `env`), and said."""
+    if env.get("PIP_CONSTRAINT"):
+        return
+    listed = subprocess.run([base_interpreter(), "-m", "pip", "config", "list"],
+                            capture_output=True, text=True)
+    found = CONFIGURED_CONSTRAINT.search(listed.stdout)
+    if found is None:
+        return
+    configured = Path(found.group(1))
+    try:
+        caps = " ".join(line for line in configured.read_text().splitlines()
+                        if line.strip() and not line.startswith("#"))
+    except OSError:
+        caps = ""
+    print(f"venv: lifting pip's configured constraint {configured} ({caps}) for these "
+          f"installs (PIP_CONSTRAINT=/dev/null): torch=={version} is pinned here", file=log)
+    env["PIP_CONSTRAINT"] = "/dev/null"
+
+
+def install_pins(python: Path, version: str, env: Dict[str, str], log: TextIO) -> bool:
+    """torchao and torchvision as test/*.tsv pin them, --no-deps so that they
+    can never move torch (torchao publishes no torch requirement); where a pin
+    is "none", no such distribution at all."""
+    for dist, table in (("torchao", TORCHAO_PINS), ("torchvision", TORCHVISION_PINS)):
+        pin = pinned(table, version)
+        if pin.version != "none":
+            if not run_into(log, [python, *QUIET_PIP, "install", "--no-deps",
+                                  f"{dist}=={pin.version}"], env):
+                return False
+        elif subprocess.run([str(python), "-m", "pip", "show", dist],
+                            capture_output=True).returncode == 0:
+            if not run_into(log, [python, *QUIET_PIP, "uninstall", "-y", dist], env):
+                return False
+    return True
+
+
+def update_in_place(venv: Path, version: str, env: Dict[str, str], log: TextIO) -> bool:
+    """Same torch, other test requirements or pins: install those and keep
+    the 4.6 GB. Whether that worked."""
+    print(f"venv: updating the test requirements, torchao "
+          f"({pinned(TORCHAO_PINS, version).version}) and torchvision "
+          f"({pinned(TORCHVISION_PINS, version).version}) in {venv}", file=log)
+    lift_configured_constraint(env, version, log)
+    (venv / ".pregrad-ready").unlink()
+    python = python_of(venv)
+    return (run_into(log, [python, *QUIET_PIP, "install", "-r", REQUIREMENTS], env)
+            and install_pins(python, version, env, log))
+
+
+def create(venv: Path, version: str, env: Dict[str, str], log: TextIO) -> None:
+    """A new venv with torch==version, the test requirements and the pins."""
+    started = time.monotonic()
+    lift_configured_constraint(env, version, log)
+    print(f"venv: creating {venv} (torch=={version})", file=log)
+    shutil.rmtree(venv, ignore_errors=True)
+    if not run_into(log, [base_interpreter(), "-m", "venv", venv], env):
+        raise InstallFailed(f"venv: could not create {venv} with {base_interpreter()}")
+    print(f"venv: installing torch=={version}, the test requirements, torchao "
+          f"({pinned(TORCHAO_PINS, version).version}) and torchvision "
+          f"({pinned(TORCHVISION_PINS, version).version}); the first time downloads "
+          "~4.6 GB ...", file=log)
+    python = python_of(venv)
+    # pip prints one line per download; its progress bar shows on a terminal.
+    if not (run_into(log, [python, *QUIET_PIP, "install", f"torch=={version}",
+                           "-r", REQUIREMENTS], env)
+            and install_pins(python, version, env, log)):
+        raise InstallFailed(f"venv: pip failed installing torch=={version} into {venv}; "
+                            "rerun to retry")
+    (venv / ".pregrad-ready").write_text(ready_stamp(version) + "\n")
+    print(f"venv: ready after {round(time.monotonic() - started)} s", file=log)
+
+
+def ensure_venv(version: str, name: Optional[str] = None, log: TextIO = sys.stderr) -> Path:
+    """The python of the venv NAME (default torch-VERSION), made or brought
+    up to date first if it is not ready."""
+    venv = venvs_dir() / (name or f"torch-{version}")
+    env = dict(os.environ)
+    with locked(venv):
+        ready = venv / ".pregrad-ready"
+        if is_ready(venv, version):
+            print(f"venv: reusing {venv}", file=log)
+            return python_of(venv)
+        if ready.is_file() and ready.read_text().rstrip("\n").split(" ")[0] == f"torch=={version}":
+            if update_in_place(venv, version, env, log):
+                ready.write_text(ready_stamp(version) + "\n")
+                return python_of(venv)
+            print(f"venv: updating failed; rebuilding {venv}", file=log)
+        create(venv, version, env, log)
+        share_identical_files(log)
+    return python_of(venv)
+
+
+def megabytes(directory: Path) -> str:
+    used = subprocess.run(["du", "-sm", str(directory)], capture_output=True, text=True)
+    return used.stdout.split("\t", 1)[0] or "?"
+
+
+def share_identical_files(log: TextIO) -> None:
+    """Releases share most of their 4.6 GB (the CUDA libraries), byte for
+    byte: one copy on disk. apply.sh replaces files by rename, never in
+    place, so a shared file is never changed under another venv."""
+    directory = venvs_dir()
+    if shutil.which("hardlink") is None:
+        print("venv: util-linux's hardlink is missing, so venvs keep their own copies of "
+              "shared files", file=log)
+        return
+    before = megabytes(directory)
+    if not run_into(log, ["hardlink", "--ignore-time", "--ignore-owner", "--minimum-size",
+                          "1M", "--quiet", directory]):
+        print("venv: hardlink failed; the venvs keep their own copies", file=log)
+    print(f"venv: hard-linked files shared with other venvs: {before} MB -> "
+          f"{megabytes(directory)} MB in {directory}", file=log)
+
+
+def patched_copy(version: str, name: str, apply_args: List[str],
+                 log: TextIO = sys.stderr) -> Path:
+    """NAME afresh as a hard-linked copy (`cp -al`: a few MB) of the stock
+    venv of `version`, with `apply.sh --python COPY APPLY_ARGS` run on it;
+    the python of the copy."""
+    stock_venv = ensure_venv(version, log=log).parent.parent
+    copy = venvs_dir() / name
+    with locked(copy):
+        shutil.rmtree(copy, ignore_errors=True)
+        if not run_into(log, ["cp", "-al", stock_venv, copy]):
+            raise InstallFailed(f"venv: could not copy {stock_venv} to {copy}")
+        if not run_into(log, [APPLY, "--python", python_of(copy), *apply_args]):
+            raise InstallFailed(f"venv: apply.sh --python {python_of(copy)} "
+                                f"{' '.join(apply_args)} failed")
+    return python_of(copy)
+
+
+def main(argv: List[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
+    patched = argv[1:2] == ["--patched-copy"]
+    if not argv or (patched and not (len(argv) == 3 or argv[3:4] == ["--"])) or (
+            not patched and len(argv) > 2):
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    try:
+        if patched:
+            python = patched_copy(argv[0], argv[2], argv[4:])
+        else:
+            python = ensure_venv(argv[0], argv[1] if len(argv) > 1 else None)
+    except InstallFailed as failure:
+        print(failure, file=sys.stderr)
+        return 1
+    print(python)
+    return 0
+
+
+if __name__ == "__main__":
+    # Output piped into `head` ends quietly, as a shell command's does.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sys.exit(main(sys.argv[1:]))

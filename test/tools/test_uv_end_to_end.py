@@ -27,7 +27,7 @@ import torch_backport.series as model
 from torch_backport.git import git_blob_id
 from torch_backport.identify import topic_files
 from torch_backport.fsio import cache_dir
-from torch_backport.wheels import cached, Target
+from torch_backport.wheels import cached as cached_wheel, Target
 
 REPO = Path(__file__).resolve().parents[2]
 APPLY = REPO / "scripts" / "apply.sh"
@@ -48,7 +48,7 @@ def digests(root: Path, rels: list[str]) -> dict[str, str]:
 @unittest.skipUnless(os.environ.get("PREGRAD_UV_FLEET"), "scripts/test.sh's uv-fleet job")
 class UvAndFleetEndToEnd(unittest.TestCase):
     def test_a_uv_venv_patched_in_place_keeps_uv_s_cache(self) -> None:
-        stock = cached("2.11.0", Target.host(), cache_dir())
+        stock = cached_wheel("2.11.0", Target.host(), cache_dir())
         self.assertIsNotNone(stock, "the matrix's wheel job caches torch 2.11.0's wheel first")
         touched = sorted({rel for topic in model.select_topics(None)
                           for rel in topic_files(topic)})

@@ -84,7 +84,7 @@ def stage_series(done: Finished, series: Series, files: ReleaseFiles, staging: P
 
 def check_post_images(topic: Topic, staging: Path, files: ReleaseFiles) -> None:
     """The staged series applies to the release's files and yields its own
-    post-image blobs (series.apply_series checks them)."""
+    post-image blobs (apply.apply_series checks them)."""
     shadow = dataclasses.replace(topic, dir=".", store=Store(staging.parent))
     staged = read_series(staging.name, shadow)
     apply_series({rel: files.files[rel] for rel in staged.touched}, staged)

@@ -42,10 +42,11 @@ IN_PROGRESS = [("rebase-apply", "a git am or rebase"), ("rebase-merge", "a rebas
 # Preconditions
 
 
-def require_checkout(checkout: Path) -> None:
+def require_checkout(checkout: Path) -> Git:
+    """The runner of a user's checkout, once it is one (identity, safe.directory)."""
     if not checkout.is_dir():
         raise Refused(f"{checkout} is not a directory")
-    git = Git(checkout)
+    git = user_checkout(checkout)
     top = git("rev-parse", "--show-toplevel", check=False)
     if top.returncode != 0:
         raise Refused(f"{checkout} is not a git work tree")
@@ -58,6 +59,7 @@ def require_checkout(checkout: Path) -> None:
     if missing:
         raise Refused(f"{checkout} is not a PyTorch checkout: "
                       + ", ".join(missing) + " not tracked at HEAD")
+    return git
 
 
 def require_quiet(git: Git) -> None:
@@ -392,8 +394,7 @@ class CheckoutMode(Mode):
 def open_checkout(checkout: Path, command: str, commit: bool
                   ) -> Callable[[List[Topic]], CheckoutMode]:
     def open_mode(chosen: List[Topic]) -> CheckoutMode:
-        require_checkout(checkout)
-        git = user_checkout(checkout)
+        git = require_checkout(checkout)
         if command != "status":
             require_quiet(git)
         return CheckoutMode(Tree(History(git, chosen)), commit)

@@ -148,9 +148,15 @@ def write_blobs(git: Git, contents: Iterable[bytes]) -> None:
     """Write each of `contents` as a blob into the object directory `git`
     writes to (a throw-away index's own, or the repository's), in one git
     process. Unreachable blobs change no ref, index or file."""
+    wanted = {git_blob_id(data): data for data in contents}
+    listed = git("cat-file", "--batch-check", input="".join(f"{blob}\n" for blob in wanted))
+    # A blob the repository has is left alone: not even its pack's mtime moves.
+    present = {line.split()[0] for line in listed.stdout.splitlines()
+               if not line.endswith(" missing")}
     with tempfile.TemporaryDirectory(prefix="pregrad-blobs-") as tmp:
         paths = []
-        for number, data in enumerate(contents):
+        for number, data in enumerate(data for blob, data in wanted.items()
+                                      if blob not in present):
             path = Path(tmp) / str(number)
             path.write_bytes(data)
             paths.append(str(path))

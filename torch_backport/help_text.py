@@ -147,8 +147,10 @@ into an image or a vendored tree; see overlay/README.md):
                        pristine release files plus the series. The pristine
                        files come from PY's torch if --python is given (its
                        files must be BASE's, pristine or patched by this
-                       script), else from the wheel that `pip download`
-                       fetches (cached). BASE may also be a release without
+                       script), else from the release wheel on pip's
+                       index, read by HTTP range (a few MB; the whole wheel
+                       where the index serves no ranges, cached). BASE may
+                       also be a release without
                        a series of its own (2.12.1, 2.14.0): each topic then
                        gets the series whose base's files it holds.
   --out DIR            write there instead of overlay/

@@ -11,8 +11,11 @@ file (200) raises `NoRanges` before the body is read."""
 
 from __future__ import annotations
 
+import base64
 import io
+import netrc
 import re
+import urllib.parse
 import urllib.request
 from typing import Dict, Optional, Tuple
 
@@ -25,12 +28,29 @@ class NoRanges(Exception):
     """The server does not answer byte-range requests: the message says how."""
 
 
+def authorization(url: str, login: Optional[Tuple[str, str]]) -> Dict[str, str]:
+    """Basic credentials for `url`'s host: `login` (from pip's configured
+    index URL), else ~/.netrc's entry, else none."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if login is None:
+        try:
+            entry = netrc.netrc().authenticators(host)
+        except (OSError, netrc.NetrcParseError):
+            entry = None
+        login = (entry[0], entry[2] or "") if entry and entry[0] else None
+    if login is None:
+        return {}
+    token = base64.b64encode(f"{login[0]}:{login[1]}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
 class RangedFile(io.RawIOBase):
     """`url`'s bytes; each read past what is kept fetches whole BLOCKs."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, login: Optional[Tuple[str, str]] = None) -> None:
         super().__init__()
         self.url = url
+        self.headers = authorization(url, login)
         self.position = 0
         self.blocks: Dict[int, bytes] = {}
         self.transferred = 0
@@ -41,18 +61,26 @@ class RangedFile(io.RawIOBase):
 
     def _fetch(self, start: Optional[int], length: int) -> Tuple[bytes, int]:
         spec = f"bytes=-{length}" if start is None else f"bytes={start}-{start + length - 1}"
-        request = urllib.request.Request(self.url, headers={"Range": spec})
+        host = urllib.parse.urlsplit(self.url).hostname
+        request = urllib.request.Request(self.url, headers={**self.headers, "Range": spec})
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
             if response.status != 206:
-                raise NoRanges(f"{self.url.split('/')[2]} answered a byte-range request with "
+                raise NoRanges(f"{host} answered a byte-range request with "
                                f"HTTP {response.status} (no ranges)")
             found = CONTENT_RANGE_RE.fullmatch(response.headers.get("Content-Range", ""))
             if found is None:
-                raise NoRanges(f"{self.url.split('/')[2]} sent no usable Content-Range")
+                raise NoRanges(f"{host} sent no usable Content-Range")
             data = response.read()
         self.requests += 1
         self.transferred += len(data)
-        return data, int(found.group(3))
+        first, last, size = (int(part) for part in found.groups())
+        asked = (size - min(length, size)) if start is None else start
+        asked_last = min(asked + length, size) - 1
+        if (first, last) != (asked, asked_last) or len(data) != last - first + 1:
+            # A server that sends less than asked (or elsewhere) would leave
+            # a read that never ends: the whole wheel instead.
+            raise NoRanges(f"{host} answered bytes {first}-{last} for {spec}")
+        return data, size
 
     def _keep_tail(self, tail: bytes) -> None:
         start = self.size - len(tail)
@@ -104,6 +132,8 @@ class RangedFile(io.RawIOBase):
             block = self._block(at // BLOCK)
             offset = at - (at // BLOCK) * BLOCK
             piece = block[offset:offset + (end - at)]
+            if not piece:
+                raise NoRanges(f"{self.url}: no bytes at {at} of {self.size}")
             out += piece
             at += len(piece)
         buffer[:len(out)] = out

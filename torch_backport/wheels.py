@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import http.client
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -29,7 +31,7 @@ import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from torch_backport import record
 from torch_backport.errors import Refused
@@ -75,24 +77,65 @@ class ReleaseFiles:
     transferred: int = 0
 
 
+def platform_accepts(wanted: str, have: str) -> bool:
+    """Whether a wheel tagged `have` installs where pip's --platform is
+    `wanted`: the same tag, or an older manylinux or macOS of the same
+    architecture (pip takes those too)."""
+    def parts(tag: str) -> Optional[Tuple[str, Tuple[int, int], str]]:
+        legacy = {"manylinux2014": (2, 17), "manylinux2010": (2, 12), "manylinux1": (2, 5)}
+        for name, floor in legacy.items():
+            if tag.startswith(name + "_"):
+                return "manylinux", floor, tag[len(name) + 1:]
+        found = re.fullmatch(r"(manylinux|macosx)_(\d+)_(\d+)_(.+)", tag)
+        return (found[1], (int(found[2]), int(found[3])), found[4]) if found else None
+
+    if wanted == have:
+        return True
+    mine, theirs = parts(wanted), parts(have)
+    return (mine is not None and theirs is not None and mine[0] == theirs[0]
+            and mine[2] == theirs[2] and theirs[1] <= mine[1])
+
+
+def host_accepts(have: str) -> bool:
+    """Whether this machine's pip would install a wheel of platform `have`."""
+    try:
+        from packaging import tags
+    except ImportError:  # the clone's python3 may lack it: its own folder only
+        return have == sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    return any(tag.platform == have for tag in tags.sys_tags())
+
+
 def cached(version: str, target: Target, cache: Path) -> Optional[Path]:
-    """The cached wheel of torch `version` for `target` (a local label,
-    2.13.0+cpu, is the same release)."""
-    folder = cache / "wheels" / target.folder
-    found = sorted([*folder.glob(f"torch-{version}-*.whl"), *folder.glob(f"torch-{version}+*.whl")])
-    return found[0] if found else None
+    """A cached wheel of torch `version` that `target` takes (a local label,
+    2.13.0+cpu, is the same release), in any target's folder: the host's
+    wheel serves a fleet target of the same machine, and the other way
+    round. The folder-less layout of earlier releases is read too."""
+    wheels = cache / "wheels"
+    python = f"cp{target.python.replace('.', '')}"
+    for folder in [wheels / target.folder, *sorted(wheels.glob("cp*-*")), wheels]:
+        for wheel in sorted([*folder.glob(f"torch-{version}-*.whl"),
+                             *folder.glob(f"torch-{version}+*.whl")]):
+            tags = wheel.name[:-len(".whl")].split("-")[-3:]
+            if tags[0] != python:
+                continue
+            platforms = tags[2].split(".")
+            if any(host_accepts(tag) if target.platform is None
+                   else platform_accepts(target.platform, tag) for tag in platforms):
+                return wheel
+    return None
 
 
 def pip_environment() -> Dict[str, str]:
     # A version is pinned exactly here, so a cap in pip's configuration (a
-    # build machine's torch<=X) would only refuse a release it cannot choose.
-    return dict(os.environ, PIP_CONSTRAINT="", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    # build machine's torch<=X) would only refuse a release it cannot
+    # choose. An empty PIP_CONSTRAINT would be ignored by pip: /dev/null.
+    return dict(os.environ, PIP_CONSTRAINT=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
 
 
 @functools.lru_cache(maxsize=None)
-def locate(version: str, target: Target) -> Optional[str]:
+def locate(version: str, target: Target) -> Tuple[Optional[str], str]:
     """The URL of torch `version`'s wheel for `target` on pip's configured
-    index, without downloading it; None if pip finds none."""
+    index, without downloading it (None, and why, if pip names none)."""
     with tempfile.TemporaryDirectory(prefix="pregrad-locate-") as tmp:
         report = Path(tmp) / "report.json"
         asked = subprocess.run(
@@ -101,10 +144,28 @@ def locate(version: str, target: Target) -> Optional[str]:
              "--report", str(report), *target.pip_options(), f"torch=={version}"],
             capture_output=True, text=True, env=pip_environment())
         if asked.returncode != 0 or not report.is_file():
-            return None
+            said = (asked.stderr.strip().splitlines() or ["no output"])[-1]
+            return None, f"pip could not name the wheel: {said}"
         installs = json.loads(report.read_text()).get("install", [])
     url = installs[0].get("download_info", {}).get("url") if installs else None
-    return str(url) if url else None
+    return (str(url), "") if url else (None, "pip's report names no wheel")
+
+
+def index_credentials() -> Dict[str, Tuple[str, str]]:
+    """host -> (user, password) from pip's configured index URLs: pip's
+    report leaves them out of the wheel's URL. ~/.netrc is read by
+    ranged.py; a keyring is not (pip's whole download then, said)."""
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
+                            capture_output=True, text=True, env=pip_environment())
+    urls = re.findall(r"(?:index-url|extra-index-url)='([^']*)'", listed.stdout)
+    urls += [os.environ.get("PIP_INDEX_URL", ""), os.environ.get("PIP_EXTRA_INDEX_URL", "")]
+    found: Dict[str, Tuple[str, str]] = {}
+    for url in " ".join(urls).split():
+        parts = urllib.parse.urlsplit(url)
+        if parts.username and parts.hostname:
+            found[parts.hostname] = (urllib.parse.unquote(parts.username),
+                                     urllib.parse.unquote(parts.password or ""))
+    return found
 
 
 def release_wheel(version: str, target: Target, cache: Path,
@@ -146,7 +207,7 @@ def members(wheel: zipfile.ZipFile, paths: Sequence[str], where: str) -> Dict[st
 
 
 def ranged_members(url: str, paths: Sequence[str]) -> ReleaseFiles:
-    remote = RangedFile(url)
+    remote = RangedFile(url, index_credentials().get(urllib.parse.urlsplit(url).hostname or ""))
     with zipfile.ZipFile(io.BufferedReader(remote, 1 << 16)) as wheel:
         files = members(wheel, paths, url)
     return ReleaseFiles("", files, f"{url} ({remote.transferred / MB:.1f} MB of "
@@ -161,16 +222,17 @@ def release_files(version: str, paths: Sequence[str], cache: Path,
     target = target or Target.host()
     wheel = cached(version, target, cache)
     if wheel is None:
-        url = locate(version, target)
+        url, why = locate(version, target)
         if url is not None and urllib.parse.urlsplit(url).scheme == "file":
             wheel = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
         elif url is not None:
             try:
-                found = ranged_members(url, paths)
-                return dataclasses.replace(found, version=version)
-            except (NoRanges, urllib.error.URLError, OSError, zipfile.BadZipFile) as why:
-                print(f"torch {version}: could not read the wheel's files by range ({why}); "
-                      "downloading the whole wheel instead", file=sys.stderr, flush=True)
+                return dataclasses.replace(ranged_members(url, paths), version=version)
+            except (NoRanges, urllib.error.URLError, OSError, http.client.HTTPException,
+                    zipfile.BadZipFile) as problem:
+                why = f"could not read the wheel's files by range ({problem})"
+        print(f"torch {version}: {why}; downloading the whole wheel instead",
+              file=sys.stderr, flush=True)
         wheel = wheel or required_wheel(version, target, cache)
     with zipfile.ZipFile(wheel) as opened:
         return ReleaseFiles(version, members(opened, paths, str(wheel)), str(wheel))

@@ -1,30 +1,24 @@
-"""Read a pytest --junitxml report for scripts/test.sh and run-upstream-tests.sh.
+"""Compare two pytest --junitxml reports, for scripts/run-upstream-tests.sh:
+PyTorch's own tests run on stock torch, then on patched torch.
 
-Usage: python3 test/harness/junit_summary.py REPORT.xml --by-suite [--expect-stock VERSION]
-       python3 test/harness/junit_summary.py REPORT.xml --by-suite --expect-patched VERSION
-       python3 test/harness/junit_summary.py --compare STOCK.xml PATCHED.xml
+Usage: python3 test/harness/junit_summary.py --compare STOCK.xml PATCHED.xml
 
---by-suite prints one "file|N passed, N failed, N expected-fail|verdict" line
-per test file of the report. Without --expect-stock every test must pass;
-with it, each test must have the outcome that test/dynamo/stock_expectations.py
-gives for stock torch VERSION: a test that passes where the defect it checks
-is present, or fails where it is not, is listed and the exit status is 1.
-With --expect-patched, every test must pass except where
-stock_expectations.expected_patched_outcome says otherwise for patched torch
-VERSION. Errors count as failures.
+Prints each build's counts (passed, failed, skipped; an error is a failure,
+an expected failure is skipped), then the tests that pass on stock torch but
+fail on patched torch (regressions), those fixed the other way, and those
+that ran on stock only. Exit status 1 if there is a regression (the script's
+own exit status), else 0; 2 for a usage error.
 
---compare prints each build's counts, then the tests that pass on stock torch
-but fail on patched torch (regressions; exit 1 if any) and those fixed the
-other way.
+The project's own runs are judged by pytest's exit status instead (stock
+expectations are strict xfails, test/dynamo/conftest.py), and their tables
+are counted by test/harness/matrix_report.py: the matrix's and
+scripts/gpu-check.sh's.
 """
 
 from __future__ import annotations
 
 import sys
 import xml.etree.ElementTree as ElementTree
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "dynamo"))
 
 
 def by_test(report: str) -> dict[str, str]:
@@ -35,45 +29,6 @@ def by_test(report: str) -> dict[str, str]:
                    else "skipped" if "skipped" in kinds else "passed")
         result[f"{case.get('classname')}::{case.get('name')}"] = outcome
     return result
-
-
-def by_suite(report: str, version: str | None, patched: str | None = None) -> int:
-    """One line per test file: "file|counts|verdict". Without `version` every
-    test must pass; with it, each must do what stock_expectations.py says for
-    stock torch `version`. Tests that do otherwise go to stderr; exit 1 then."""
-    from stock_expectations import expected_outcome, expected_patched_outcome
-
-    suites: dict[str, list[int]] = {}
-    wrong: list[str] = []
-    for test, outcome in by_test(report).items():
-        classname, name = test.split("::", 1)
-        if not classname:  # a file that failed to collect: name is its dotted path
-            suites.setdefault(name.rsplit(".", 1)[-1] + ".py", [0, 0, 0, 0])[1] += 1
-            wrong.append(f"  {outcome}: {name} did not collect (the log says why)")
-            continue
-        module = classname.rsplit(".", 2)[-2] + ".py"
-        expected = (expected_outcome(version, module, name) if version
-                    else expected_patched_outcome(patched, module, name) if patched
-                    else "pass")
-        counts = suites.setdefault(module, [0, 0, 0, 0])  # passed, failed, xfail, skipped
-        if outcome == "skipped":
-            counts[3] += 1
-        elif outcome == "failed" and expected in ("fail", "any"):
-            counts[2] += 1
-        elif outcome == "passed" and expected in ("pass", "any"):
-            counts[0] += 1
-        else:
-            counts[1] += 1
-            where = f"on stock {version}" if version else "patched"
-            wrong.append(f"  {outcome} {where}, expected {expected}: {test}")
-    for module, (passed, failed, xfail, skipped) in sorted(suites.items()):
-        verdict = ("ok" if not failed else "FAILED") + (
-            " (fails exactly where expected)" if version and not failed else "")
-        print(f"{module}|{passed} passed, {failed} failed, {xfail} expected-fail"
-              + (f", {skipped} skipped" if skipped else "") + f"|{verdict}")
-    for line in wrong:
-        print(line, file=sys.stderr)
-    return 1 if wrong or not suites else 0
 
 
 def compare(stock_report: str, patched_report: str) -> int:
@@ -101,12 +56,6 @@ def compare(stock_report: str, patched_report: str) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--compare"] and len(argv) == 3:
         return compare(argv[1], argv[2])
-    if len(argv) == 2 and argv[1] == "--by-suite":
-        return by_suite(argv[0], None)
-    if len(argv) == 4 and argv[1:3] == ["--by-suite", "--expect-stock"]:
-        return by_suite(argv[0], argv[3])
-    if len(argv) == 4 and argv[1:3] == ["--by-suite", "--expect-patched"]:
-        return by_suite(argv[0], None, argv[3])
     print(__doc__.strip(), file=sys.stderr)
     return 2
 

@@ -371,11 +371,25 @@ def main(argv: Sequence[str]) -> int:
         print(f"test.sh: {problem}", file=sys.stderr)
         return 1
     os.chdir(REPO)
+    # A CI timeout's TERM stops the jobs too (they run in sessions of their
+    # own, out of reach of a signal to this process group).
+    signal.signal(signal.SIGTERM, terminated)
     try:
         return list_plan(options) if options.list_only else run(options)
     except KeyboardInterrupt:
         print("test.sh: interrupted", file=sys.stderr)
-        return 1
+        return 130
+    except Terminated:
+        print("test.sh: terminated", file=sys.stderr)
+        return 143
+
+
+class Terminated(Exception):
+    """SIGTERM, raised where the run is, so that its jobs are stopped."""
+
+
+def terminated(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
 """scripts/gpu-check.sh where there is no GPU: what it must not do, and its usage.
 
 The check itself needs a CUDA device (docs/testing.md, "On a GPU machine").
-Here, on the stock 2.11.0 venv's python with CUDA hidden
+scripts/gpu-check.sh is a shim: the check is test/harness/gpu_check.py, run
+by python3. Here, on the stock 2.11.0 venv's python with CUDA hidden
 (CUDA_VISIBLE_DEVICES="", so that a GPU machine running this suite gets the
 same answer), it must say "no CUDA device" and exit 0 having written nothing:
 no venv or download under PREGRAD_CACHE, no log under PREGRAD_LOGS, no
 temporary directory, nothing applied to the install. Its usage errors exit 2.
+Its RECORD check, the one that ends every real run, is torch_backport.record
+run by PY: checked here on a small install, pristine and then damaged.
 """
 
 from __future__ import annotations
@@ -14,10 +17,14 @@ import hashlib
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
-from fake_install import (APPLY, INSTALLED, REPO, ScratchTestCase, source_python, STATE_DIRNAME,
+from fake_install import (APPLY, INSTALLED, InstallTestCase, REPO, source_python, STATE_DIRNAME,
                           STOCK, torch_site)
+
+sys.path.insert(0, str(REPO / "test" / "harness"))
+from target_python import read_record  # noqa: E402
 
 GPU_CHECK = REPO / "scripts" / "gpu-check.sh"
 
@@ -37,7 +44,7 @@ def install_state(site: Path) -> dict[str, object]:
     return {"files": files, "state directories": states}
 
 
-class GpuCheckTest(ScratchTestCase):
+class GpuCheckTest(InstallTestCase):
     def test_without_cuda_it_says_so_and_writes_nothing(self) -> None:
         python = source_python(STOCK)
         site = torch_site(python)
@@ -99,6 +106,9 @@ class GpuCheckTest(ScratchTestCase):
         self.assertTrue(output.startswith("Usage: scripts/gpu-check.sh --python PY "), output)
         self.assertIn("--test-deps DIR", output)
         self.assertIn("Exit codes:", output)
+        module = subprocess.run([sys.executable, str(REPO / "test" / "harness" / "gpu_check.py"),
+                                 "--help"], capture_output=True, text=True)
+        self.assertEqual((module.returncode, module.stdout), (0, output))
 
     def test_offline_requirements_pin_the_test_requirements(self) -> None:
         def pins(name: str) -> dict[str, str]:
@@ -108,3 +118,18 @@ class GpuCheckTest(ScratchTestCase):
         offline, test = pins("gpu-check.txt"), pins("test.txt")
         self.assertEqual(sorted(offline), ["expecttest", "hypothesis", "pytest"])
         self.assertEqual(offline, {name: test[name] for name in offline})
+
+    def test_the_record_check_runs_torch_backport_record_in_py(self) -> None:
+        install = self.install()
+        self.assertEqual(read_record(str(install.python)), (len(INSTALLED), []))
+        changed, removed = INSTALLED[0], INSTALLED[-1]
+        install.path(changed).write_bytes(install.path(changed).read_bytes() + b"\n")
+        install.path(removed).unlink()
+        count, wrong = read_record(str(install.python)) or (0, [])
+        self.assertEqual((count, sorted(wrong)),
+                         (len(INSTALLED), sorted([changed, f"{removed} (missing)"])))
+        # One RECORD digest in the project: torch_backport/record.py's.
+        for name in ("gpu_check.py", "target_python.py"):
+            text = (REPO / "test" / "harness" / name).read_text()
+            for hashing in ("base64", "hashlib", "sha256("):
+                self.assertNotIn(hashing, text, name)

@@ -253,48 +253,53 @@ class ReliabilityTest(InstallTestCase):
             for name in re.findall(r"`(test_\w+)`", row.split(" | ")[-1]):
                 self.assertTrue(f"def {name}(" in tests, f"no test {name} in test/tools")
 
-    def test_summary_counts_tests_per_suite_and_checks_stock_expectations(self) -> None:
-        """test.sh's table: per suite passed / failed / expected-fail, where a
-        stock test that passes although its defect is there counts as failed."""
-        report = self.tmp / "report.xml"
-        cell = "test_matches_eager_timing_late_freezing_entry_compile_fx_model_name_conv_bn"
-        report.write_text(f"""<testsuites><testsuite>
-<testcase classname="test.dynamo.test_pre_grad_results.PreGradResultsTests" name="{cell}"/>
-<testcase classname="test.dynamo.test_pre_grad_pass_timing.PreGradPassTimingTests"
-  name="test_config_default_is_default"><failure/></testcase>
-</testsuite></testsuites>""")
-        summary = REPO / "test" / "harness" / "junit_summary.py"
-        result = subprocess.run(["python3", str(summary), str(report), "--by-suite",
-                                 "--expect-stock", "2.12.0"], capture_output=True, text=True)
-        self.assertEqual(result.returncode, 1)
-        self.assertEqual(result.stdout, (
-            "test_pre_grad_pass_timing.py|0 passed, 1 failed, 0 expected-fail|FAILED\n"
-            "test_pre_grad_results.py|0 passed, 1 failed, 0 expected-fail|FAILED\n"))
-        self.assertIn(f"passed on stock 2.12.0, expected fail: "
-                      f"test.dynamo.test_pre_grad_results.PreGradResultsTests::{cell}",
-                      result.stderr)
-        result = subprocess.run(["python3", str(summary), str(report), "--by-suite",
-                                 "--expect-stock", "2.11.0"], capture_output=True, text=True)
-        # 2.11.0 has no timing option, so that cell must fail there too.
-        self.assertEqual(result.returncode, 1)
-        self.assertIn("test_pre_grad_pass_timing.py|0 passed, 0 failed, 1 expected-fail|ok",
-                      result.stdout)
+    def test_compare_lists_regressions_and_fixes_of_upstream_tests(self) -> None:
+        """junit_summary.py --compare, run-upstream-tests.sh's table: each
+        build's counts, then the tests that pass stock and fail patched (exit
+        1), those fixed, and those that ran on stock only."""
+        def report(name: str, cases: str) -> str:
+            path = self.tmp / name
+            path.write_text(f"<testsuites><testsuite>{cases}</testsuite></testsuites>")
+            return str(path)
 
-    def test_summary_counts_a_file_that_did_not_collect_as_failed(self) -> None:
-        """pytest reports a collection error as a test case without a class:
-        its suite fails, naming the file, instead of the summary crashing (the
-        run then said "ran no test (all deselected?)")."""
-        report = self.tmp / "report.xml"
-        report.write_text("""<testsuites><testsuite>
-<testcase classname="" name="test.dynamo.test_real_models"><error message="collection failure"/>
-</testcase></testsuite></testsuites>""")
+        stock = report("stock.xml", """
+<testcase classname="test_a.T" name="test_kept"/>
+<testcase classname="test_a.T" name="test_broken"/>
+<testcase classname="test_a.T" name="test_mended"><failure/></testcase>
+<testcase classname="test_a.T" name="test_gone"/>
+<testcase classname="test_a.T" name="test_off"><skipped type="pytest.skip"/></testcase>""")
+        patched = report("patched.xml", """
+<testcase classname="test_a.T" name="test_kept"/>
+<testcase classname="test_a.T" name="test_broken"><error message="boom"/></testcase>
+<testcase classname="test_a.T" name="test_mended"/>
+<testcase classname="test_a.T" name="test_off"><skipped type="pytest.skip"/></testcase>""")
         summary = REPO / "test" / "harness" / "junit_summary.py"
-        result = subprocess.run(["python3", str(summary), str(report), "--by-suite",
-                                 "--expect-stock", "2.13.0"], capture_output=True, text=True)
-        self.assertEqual(result.returncode, 1)
-        self.assertEqual(result.stdout,
-                         "test_real_models.py|0 passed, 1 failed, 0 expected-fail|FAILED\n")
-        self.assertIn("test.dynamo.test_real_models did not collect", result.stderr)
+        result = subprocess.run(["python3", str(summary), "--compare", stock, patched],
+                                capture_output=True, text=True)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(result.stdout, (
+            "stock: 3 passed, 1 failed, 1 skipped\n"
+            "patched: 2 passed, 1 failed, 1 skipped\n"
+            "regressions (pass stock, fail patched): 1\n"
+            "  test                   stock   patched\n"
+            "  test_a.T::test_broken  passed  failed\n"
+            "fixed (fail stock, pass patched): 1\n"
+            "  test                   stock   patched\n"
+            "  test_a.T::test_mended  failed  passed\n"
+            "ran on stock only: 1\n"
+            "  test                   stock   patched\n"
+            "  test_a.T::test_gone    passed  -\n"))
+        same = subprocess.run(["python3", str(summary), "--compare", stock, stock],
+                              capture_output=True, text=True)
+        self.assertEqual(same.returncode, 0, same.stderr)
+        self.assertIn("regressions (pass stock, fail patched): 0\n", same.stdout)
+        # Its only use: the verdict of the project's own runs is pytest's.
+        for gone in (["--by-suite"], [stock, "--by-suite", "--expect-stock", "2.12.0"]):
+            refused = subprocess.run(["python3", str(summary), *gone],
+                                     capture_output=True, text=True)
+            self.assertEqual(refused.returncode, 2, gone)
+            self.assertIn("Usage: python3 test/harness/junit_summary.py --compare",
+                          refused.stderr)
 
     def test_nothing_stray_is_tracked(self) -> None:
         tracked = subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True,

@@ -86,6 +86,7 @@ class Request:
     path: str  # percent-decoded
     status: int
     ranged: bool  # the request carried a Range header (nginx logs it)
+    sent: int  # body bytes sent (nginx logs them; 0 for http.server, which does not)
 
 
 def free_port() -> int:
@@ -144,14 +145,14 @@ def nginx_request(line: str) -> Request | None:
     if found is None:
         return None
     return Request(found.group(1), unquote(found.group(2)), int(found.group(3)),
-                   found.group(5) not in ("", "-"))
+                   found.group(5) not in ("", "-"), int(found.group(4)))
 
 
 def http_server_request(line: str) -> Request | None:
     found = HTTP_SERVER_LINE.search(line)
     if found is None:
         return None
-    return Request(found.group(1), unquote(found.group(2)), int(found.group(3)), False)
+    return Request(found.group(1), unquote(found.group(2)), int(found.group(3)), False, 0)
 
 
 def start_nginx(root: Path, run: Path) -> Server:
@@ -178,6 +179,15 @@ def start_http_server(root: Path, run: Path) -> Server:
                                stdout=subprocess.DEVNULL, stderr=log)
     log.close()
     return Server("http.server", process, port, run / "access.log", http_server_request)
+
+
+def require_nginx() -> None:
+    if NGINX is None and not CAN_INSTALL:
+        raise unittest.SkipTest("nginx is not installed and cannot be here (not root, or no "
+                                "apt-get): install Debian's nginx to run this test")
+    if NGINX is None:
+        raise AssertionError("nginx is not installed: apt-get install nginx (scripts/test.sh "
+                             "installs it when run as root)")
 
 
 def clients_python() -> Path:
@@ -276,12 +286,7 @@ class IndexOverHttp(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
         super().setUpClass()
-        if NGINX is None and not CAN_INSTALL:
-            raise unittest.SkipTest("nginx is not installed and cannot be here (not root, or "
-                                    "no apt-get): install Debian's nginx to run this test")
-        if NGINX is None:
-            raise AssertionError("nginx is not installed: apt-get install nginx (scripts/"
-                                 "test.sh installs it when run as root)")
+        require_nginx()
         scratch = tempfile.TemporaryDirectory(prefix="pregrad-index-http-")
         cls.addClassCleanup(scratch.cleanup)
         cls.scratch = Path(scratch.name)
@@ -387,6 +392,52 @@ class IndexOverHttp(unittest.TestCase):
                                                "reference": "pregrad"})
 
         self.each_server(resolve, "poetry")
+
+
+@unittest.skipUnless(os.environ.get("PREGRAD_PATCHED_WHEEL"),
+                     "the uv-fleet job's real patched wheel (PREGRAD_PATCHED_WHEEL)")
+class RealWheelOverHttp(unittest.TestCase):
+    """The real patched 2.11.0 wheel (530 MB) that the matrix built, in an
+    index served by nginx: pip and `uv lock` (torch's dependencies from
+    PyPI) pick it, and the server sends them under 5 MB together."""
+
+    def test_pip_and_uv_lock_take_under_5_mb_from_the_server(self) -> None:
+        from torch_backport.index import read_all, write_index
+        require_nginx()
+        wheel = Path(os.environ["PREGRAD_PATCHED_WHEEL"])
+        scratch = Path(tempfile.mkdtemp(prefix="pregrad-index-real-"))
+        self.addCleanup(shutil.rmtree, scratch)
+        out = scratch / "dist"
+        out.mkdir()
+        try:
+            os.link(wheel, out / wheel.name)
+        except OSError:
+            shutil.copyfile(wheel, out / wheel.name)
+        write_index(out, read_all(out))
+        server = start_nginx(out, scratch / "nginx")
+        self.addCleanup(server.stop)
+        server.wait_ready()
+        mark = server.mark()
+        env = clean_env(scratch)
+        resolved = subprocess.run(
+            [str(clients_python()), "-m", "pip", "install", "--dry-run", "--no-deps",
+             "--ignore-installed", "--quiet", "--report", "-", "--index-url",
+             f"{server.url}/simple", *PIP_TARGET, "--target", str(scratch / "target"),
+             "torch==2.11.0"], capture_output=True, text=True, env=env)
+        self.assertEqual(resolved.returncode, 0, resolved.stderr)
+        (install,) = json.loads(resolved.stdout)["install"]
+        self.assertEqual(install["download_info"]["url"], f"{server.url}/{quote(wheel.name)}")
+        where = project(scratch / "project", f"{server.url}/simple")
+        pyproject = where / "pyproject.toml"  # triton 3.6.0 requires Python <3.15
+        pyproject.write_text(pyproject.read_text().replace('">=3.11"', '">=3.11,<3.15"'))
+        locked = subprocess.run([str(Path(sys.executable).parent / "uv"), "lock", "--no-config"],
+                                cwd=where, capture_output=True, text=True, env=env)
+        self.assertEqual(locked.returncode, 0, locked.stdout + locked.stderr)
+        self.assertIn(f'url = "{server.url}/{quote(wheel.name)}"',
+                      (where / "uv.lock").read_text())
+        requests = server.since(mark)
+        self.assertLess(sum(r.sent for r in requests), 5_000_000,
+                        [f"{r.method} {r.path} {r.status} {r.sent}" for r in requests])
 
 
 if __name__ == "__main__":

@@ -2,20 +2,22 @@
 release wheel of each target (platform, CPython version) downloaded once into
 the cache, each patched as `--wheel` patches one (patched_wheel.plan_wheel:
 RECORD checked, series chosen by content, Windows CRLF kept), and a PEP 503
-simple index over every patched torch wheel in the output directory, which
-`pip --index-url file://DIR/simple`, `pip --find-links DIR` and a uv
-`[[tool.uv.index]]` read. A target the release has no wheel for is named.
+simple index over every patched torch wheel in the output directory, each
+with its core metadata (index.py), which `pip --index-url DIR/simple` (a
+file:// URL or a server's), `pip --find-links DIR` and a uv
+`[[tool.uv.index]]` read. A target the release has no wheel for is named. A
+torch wheel already in the directory that the index could not list (its
+METADATA unreadable) is refused before anything is downloaded or built.
 """
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import List, Tuple
 
-from torch_backport.fsio import atomic_write
-from torch_backport.patched_wheel import build, file_sha256
 from torch_backport.errors import Refused
+from torch_backport.index import read_all, write_index
+from torch_backport.patched_wheel import build
 from torch_backport.series import Topic
 from torch_backport.wheels import release_wheel, Target
 
@@ -35,30 +37,13 @@ def targets(platforms: List[str], pythons: List[str], every: bool) -> List[Targe
             for python in chosen_pythons]
 
 
-def write_index(out: Path) -> Path:
-    """DIR/simple/ (PEP 503) over every torch wheel in DIR, by relative link
-    with its sha256: the directory can move or be served as it is."""
-    wheels = sorted(out.glob("torch-*.whl"))
-    links = "\n".join(
-        f'    <a href="../../{html.escape(w.name)}#sha256={file_sha256(w)}">'
-        f"{html.escape(w.name)}</a><br/>" for w in wheels)
-    project = out / "simple" / "torch"
-    project.mkdir(parents=True, exist_ok=True)
-    atomic_write(project / "index.html", (
-        "<!DOCTYPE html>\n<html>\n  <body>\n    <h1>Links for torch</h1>\n"
-        f"{links}\n  </body>\n</html>\n").encode(), 0o644)
-    atomic_write(out / "simple" / "index.html", (
-        "<!DOCTYPE html>\n<html>\n  <body>\n    <a href=\"torch/\">torch</a><br/>\n"
-        "  </body>\n</html>\n").encode(), 0o644)
-    return out / "simple"
-
-
 def cmd_fleet(version: str, wanted: List[Target], every: bool, out: Path, cache: Path,
               chosen: List[Topic], optional: Tuple[Topic, ...], check: bool) -> int:
     """Patched torch `version` wheels for `wanted` into `out`, and the index."""
     built: List[str] = []
     missing: List[Target] = []
     refused: List[str] = []
+    read_all(out)  # every wheel already there can be listed, or Refused
     for number, target in enumerate(wanted, 1):
         print(f"[{number}/{len(wanted)}] {target}")
         source = release_wheel(version, target, cache, quiet=True)
@@ -73,9 +58,10 @@ def cmd_fleet(version: str, wanted: List[Target], every: bool, out: Path, cache:
             refused.append(f"{target}: {problem}")
             print(f"{target}: refused: {problem}")
     if not check and built:
-        simple = write_index(out)
-        print(f"wrote {simple}/ (PEP 503): pip install --index-url file://{simple.resolve()} "
-              f"torch=={version}")
+        simple = write_index(out, read_all(out))
+        print(f"wrote {simple}/ (PEP 503, with each wheel's metadata): pip install "
+              f"--index-url file://{simple.resolve()} torch=={version}; serve {out}/ itself "
+              "over HTTP, not simple/ (docs/usage.md, Serving the index)")
     print(f"fleet: {len(built)} of {len(wanted)} target(s) "
           f"{'checked' if check else 'built'}"
           + (f"; no wheel on the index for: {', '.join(map(str, missing))}" if missing else "")

@@ -10,8 +10,8 @@ cap on torch for those installs, saying so; files that two venvs share byte
 for byte are then hard-linked, with util-linux's hardlink), makes a
 hard-linked copy of it and applies every topic there (apply.sh --topic all
 picks each topic's series by the files' content; it writes each file by
-atomic rename, so the stock venv keeps its bytes), installs redis-server if
-it is missing (as root, with apt-get), then runs test/dynamo on the stock
+atomic rename, so the stock venv keeps its bytes), installs redis-server and
+nginx where missing (as root, with apt-get), then runs test/dynamo on the stock
 and the patched build. Each run is a pytest job whose exit status is its
 verdict; test/dynamo/conftest.py makes what a build is expected to fail a
 strict xfail:
@@ -272,19 +272,32 @@ def list_plan(options: Options) -> int:
     return 0
 
 
-def ensure_redis(logs: Path) -> None:
-    """The remote-cache tests run a real redis-server (Debian's package)."""
-    if shutil.which("redis-server"):
+# The servers the tests start, Debian's packages (program -> package):
+# redis-server for the remote-cache tests, nginx for the fleet's index over
+# HTTP (test/tools/test_index_over_http.py starts its own on 127.0.0.1).
+SERVERS = {"redis-server": "redis-server", "nginx": "nginx"}
+
+
+def installed(program: str) -> bool:
+    # nginx is in /usr/sbin, which a user's PATH may lack.
+    search = f"{os.environ.get('PATH', '')}{os.pathsep}/usr/sbin"
+    return shutil.which(program, path=search) is not None
+
+
+def ensure_servers(logs: Path) -> None:
+    """The servers the tests run, installed where missing (as root, with apt-get)."""
+    missing = [package for program, package in SERVERS.items() if not installed(program)]
+    if not missing:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise SetupFailed("redis-server is missing; install it (sudo apt-get install "
-                          "redis-server) and rerun")
-    step(f"installing redis-server (apt-get; logs: {logs}/apt.log)")
+        raise SetupFailed(f"{' and '.join(missing)} missing; install (sudo apt-get install "
+                          f"{' '.join(missing)}) and rerun")
+    step(f"installing {' '.join(missing)} (apt-get; logs: {logs}/apt.log)")
     with open(logs / "apt.log", "w") as log:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         if not (venvs.run_into(log, ["apt-get", "update", "-q"], env)
-                and venvs.run_into(log, ["apt-get", "install", "-y", "-q", "redis-server"], env)):
-            raise SetupFailed(f"apt-get install redis-server failed; see {logs}/apt.log")
+                and venvs.run_into(log, ["apt-get", "install", "-y", "-q", *missing], env)):
+            raise SetupFailed(f"apt-get install {' '.join(missing)} failed; see {logs}/apt.log")
 
 
 def prepare_environment() -> None:
@@ -313,7 +326,7 @@ def run(options: Options) -> int:
     runner = PytestRunner(logs, os.environ, REPO)
     scheduler = Scheduler(runner, limit=1)  # one job while venvs install
     try:
-        ensure_redis(logs)
+        ensure_servers(logs)
         step(f"venvs (logs: {logs}/venvs.log); jobs start as their venvs are ready "
              f"(logs: {logs}/<job>.log)")
         with open(logs / "venvs.log", "a") as venvs_log:

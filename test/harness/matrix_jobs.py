@@ -140,15 +140,16 @@ def wheel_jobs(builds: Dict[str, Build], wheel_python: str, wheel: str,
     """The patched wheel's installed venv, whose files are compared with the
     patched copy's (which runs every suite; the README's hash-pin recipe, a
     rebuild and a fresh venv, makes it one of the longer jobs); then uv in
-    place on the real wheel (now in the cache) and two foreign targets'
-    patched wheels."""
+    place on the real wheel (now in the cache), two foreign targets'
+    patched wheels, and the real patched wheel's index served by nginx."""
     copy = builds[WHEEL_RELEASE]
     env = {**(tools_env(builds) if TOOLS_UPSTREAM in builds else {}),
            "PREGRAD_PATCHED_WHEEL": wheel, "PREGRAD_PATCHED_COPY_PYTHON": copy.patched}
     return [Job(f"wheel-{WHEEL_RELEASE}", f"wheel-{WHEEL_RELEASE}", wheel_python,
                 ["test/dynamo/test_installed_patched_wheel.py", *pytest_args], dict(env)),
             Job("uv-fleet", "tools", copy.stock,
-                ["test/tools/test_uv_end_to_end.py", *pytest_args],
+                ["test/tools/test_uv_end_to_end.py",
+                 "test/tools/test_index_over_http.py::RealWheelOverHttp", *pytest_args],
                 {**env, "PREGRAD_UV_FLEET": "1"})]
 
 

@@ -8,7 +8,9 @@ building one takes a few milliseconds.
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -27,16 +29,18 @@ def release_files(python: str) -> dict[str, bytes]:
 
 def make_fake_wheel(directory: Path, files: dict[str, bytes], version: str,
                     name: str = "torch", requires: tuple[str, ...] = (),
-                    tag: str = TAG) -> Path:
+                    tag: str = TAG, requires_python: str | None = None) -> Path:
     """A wheel of `name` `version` holding `files` (path -> bytes) and a
-    dist-info (with Requires-Dist: `requires`); its entries are dated
-    2026-01-02 so that builds repeat."""
+    dist-info (with Requires-Dist: `requires`, and Requires-Python if
+    given); its entries are dated 2026-01-02 so that builds repeat."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}-{version}-{tag}.whl"
     dist_info = f"{name}-{version}.dist-info"
     entries = {**files,
                f"{dist_info}/METADATA": (f"Metadata-Version: 2.1\nName: {name}\n"
                                          f"Version: {version}\nSummary: a fake\n"
+                                         + (f"Requires-Python: {requires_python}\n"
+                                            if requires_python else "")
                                          + "".join(f"Requires-Dist: {r}\n" for r in requires)
                                          ).encode(),
                f"{dist_info}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: fake_wheel\n"
@@ -48,6 +52,21 @@ def make_fake_wheel(directory: Path, files: dict[str, bytes], version: str,
             info.compress_type = zipfile.ZIP_DEFLATED
             wheel.writestr(info, data)
     return path
+
+
+def fleet_env(tmp: Path, links: Path) -> dict[str, str]:
+    """The environment for `apply.sh --wheel torch==X --platform ...` in a
+    test: pip takes release wheels from `links` (a find-links directory of
+    fake wheels) and nothing else, the cache is under `tmp`, and python3 is
+    this venv's (it has PyPA's wheel and packaging, so no tools venv is
+    made under the scratch cache)."""
+    shims = tmp / "bin"
+    shims.mkdir(exist_ok=True)
+    (shims / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (shims / "python3").chmod(0o755)
+    return {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1",
+            "PIP_FIND_LINKS": str(links), "PREGRAD_CACHE": str(tmp / "cache"),
+            "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
 
 
 def tampered(wheel: Path, rel: str, out: Path) -> Path:

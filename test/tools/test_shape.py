@@ -24,7 +24,7 @@ TIERS = [
                           "checkout_base", "pristine"}),
     ("the driver", {"driver"}),
     ("the modes", {"wheel_mode", "transaction", "checkout_mode", "overlay",
-                   "patched_wheel", "fleet"}),
+                   "patched_wheel", "index", "fleet"}),
     ("the command", {"engine", "help_text", "cli", "_launch"}),
 ]
 MAX_MODULE_LINES = 550

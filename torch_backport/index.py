@@ -1,0 +1,131 @@
+"""DIR/simple/, the PEP 503 index over the torch wheels in DIR, with each
+wheel's core metadata beside it (PEP 658, spelled both ways as PEP 714 asks).
+
+For every `torch-*.whl` in DIR the fleet writes `<wheel>.metadata`, the bytes
+of the wheel's own `*.dist-info/METADATA` (read through PyPA's WheelFile,
+which checks them against the wheel's RECORD), and one link in
+`simple/torch/index.html`:
+
+    <a href="../../torch-2.11.0%2Bpregrad.g…-cp311-cp311-win_amd64.whl#sha256=…"
+       data-requires-python="&gt;=3.10" data-core-metadata="sha256=…"
+       data-dist-info-metadata="sha256=…">torch-2.11.0+pregrad.g…-win_amd64.whl</a><br/>
+
+A resolver that knows the attributes (pip 22.3 and later, uv, poetry, pdm)
+reads the 30 KB .metadata file instead of the wheel (or its zip directory by
+Range); an older pip ignores them, and the page stays PEP 503. The links are
+relative and percent-encoded (`+` is `%2B`: a bucket's URL path would read a
+bare `+` as a space) and every file is static, so DIR can be served as it is
+by any static server or synced to a bucket: nothing needs a directory listing
+or content negotiation. A page of anchors needs no template library: the
+standard library's `html.escape` and `urllib.parse.quote` write it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import zipfile
+from pathlib import Path
+from typing import List, Optional
+from urllib.parse import quote
+
+from packaging.metadata import parse_email
+from packaging.utils import canonicalize_name, InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+from wheel.wheelfile import WheelError, WheelFile
+
+from torch_backport.errors import Refused
+from torch_backport.fsio import atomic_write
+from torch_backport.record import file_sha256, sha256_hex
+
+PROJECT = "torch"
+WHEELS = f"{PROJECT}-*.whl"
+SUFFIX = ".metadata"  # PEP 658: the distribution's URL with this appended
+
+
+@dataclasses.dataclass(frozen=True)
+class Listed:
+    """A wheel of the index: its file, its METADATA bytes, and the
+    Requires-Python they carry (None: none)."""
+    wheel: Path
+    metadata: bytes
+    requires_python: Optional[str]
+
+
+def unreadable(wheel: Path, why: object) -> Refused:
+    return Refused(f"{wheel}: its METADATA cannot be read for the index ({why}); move it "
+                   "out of the directory or rebuild it; nothing was written")
+
+
+def read_listed(wheel: Path) -> Listed:
+    """`wheel`'s METADATA, checked against its RECORD and its file name; or
+    Refused."""
+    try:
+        _, version, _, _ = parse_wheel_filename(wheel.name)
+        with WheelFile(str(wheel)) as opened:
+            data: bytes = opened.read(f"{opened.dist_info_path}/METADATA")
+    except (InvalidWheelFilename, WheelError, zipfile.BadZipFile, KeyError, OSError) as problem:
+        raise unreadable(wheel, problem) from None
+    raw, _ = parse_email(data)
+    name, said = raw.get("name"), raw.get("version")
+    try:
+        same = (name is not None and canonicalize_name(name) == PROJECT
+                and said is not None and Version(said) == version)
+    except InvalidVersion:
+        same = False
+    if not same:
+        raise unreadable(wheel, f"it says Name {name!r}, Version {said!r}, where the file "
+                                f"name says {PROJECT} {version}")
+    return Listed(wheel, data, raw.get("requires_python"))
+
+
+def read_all(out: Path) -> List[Listed]:
+    """Every torch wheel in `out` with its metadata (none if `out` is not
+    there yet): the fleet asks before it builds, so a wheel the index could
+    not list is refused while nothing has changed."""
+    return [read_listed(wheel) for wheel in sorted(out.glob(WHEELS))] if out.is_dir() else []
+
+
+def link(listed: Listed) -> str:
+    name = listed.wheel.name
+    core = f"sha256={sha256_hex(listed.metadata)}"
+    requires = ("" if listed.requires_python is None else
+                f' data-requires-python="{html.escape(listed.requires_python, quote=True)}"')
+    return (f'    <a href="../../{quote(name)}#sha256={file_sha256(listed.wheel).hexdigest()}"'
+            f'{requires} data-core-metadata="{core}" data-dist-info-metadata="{core}">'
+            f"{html.escape(name)}</a><br/>")
+
+
+def page(title: str, body: List[str]) -> bytes:
+    return ("<!DOCTYPE html>\n<html>\n  <head>\n"
+            '    <meta name="pypi:repository-version" content="1.0">\n'
+            f"    <title>{title}</title>\n  </head>\n  <body>\n"
+            + "".join(f"{line}\n" for line in body) + "  </body>\n</html>\n").encode()
+
+
+def write_metadata(out: Path, listed: List[Listed]) -> None:
+    """`<wheel>.metadata` beside each wheel (rewritten only when it differs,
+    so a bucket sync uploads nothing new), and none for a wheel that is gone."""
+    for item in listed:
+        target = item.wheel.with_name(item.wheel.name + SUFFIX)
+        if not target.is_file() or target.read_bytes() != item.metadata:
+            atomic_write(target, item.metadata, 0o644)
+    kept = {item.wheel.name + SUFFIX for item in listed}
+    for stale in out.glob(WHEELS + SUFFIX):
+        if stale.name not in kept:
+            stale.unlink()
+
+
+def write_index(out: Path, listed: List[Listed]) -> Path:
+    """DIR/simple/ (PEP 503) over `listed`, the torch wheels in `out`, by
+    relative link with their sha256, after their .metadata files: a page
+    never names a file that is not there yet."""
+    write_metadata(out, listed)
+    project = out / "simple" / PROJECT
+    project.mkdir(parents=True, exist_ok=True)
+    atomic_write(project / "index.html", page(
+        f"Links for {PROJECT}", [f"    <h1>Links for {PROJECT}</h1>",
+                                 *(link(item) for item in listed)]), 0o644)
+    atomic_write(out / "simple" / "index.html", page(
+        "Simple index", [f'    <a href="{PROJECT}/">{PROJECT}</a><br/>']), 0o644)
+    return out / "simple"

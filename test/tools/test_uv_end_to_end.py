@@ -20,6 +20,7 @@ import sys
 import tempfile
 import unittest
 from pathlib import Path
+from urllib.parse import quote
 
 from wheel.wheelfile import WheelFile
 
@@ -94,7 +95,7 @@ class UvAndFleetEndToEnd(unittest.TestCase):
                              ["macosx_11_0_arm64.whl", "win_amd64.whl"])
             index = (Path(tmp) / "simple" / "torch" / "index.html").read_text()
             for wheel in wheels:
-                self.assertIn(f'href="../../{wheel.name}#sha256=', index)
+                self.assertIn(f'href="../../{quote(wheel.name)}#sha256=', index)
                 crlf = "win_amd64" in wheel.name
                 with WheelFile(str(wheel)) as opened:  # each file checked against RECORD
                     for topic in model.select_topics(None):

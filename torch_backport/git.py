@@ -20,7 +20,7 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, IO, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, IO, Iterable, Iterator, List, Optional, Tuple, Union
 
 from torch_backport.errors import Refused
 
@@ -259,7 +259,3 @@ def commit_all(git: Git, message: str) -> str:
 def git_blob_id(data: bytes) -> str:
     """The id git gives `data` as a blob (what `git hash-object` prints)."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def args_of(paths: Sequence[Path]) -> List[str]:
-    return [str(path) for path in paths]

@@ -91,7 +91,7 @@ def link(listed: Listed) -> str:
     core = f"sha256={sha256_hex(listed.metadata)}"
     requires = ("" if listed.requires_python is None else
                 f' data-requires-python="{html.escape(listed.requires_python, quote=True)}"')
-    return (f'    <a href="../../{quote(name)}#sha256={file_sha256(listed.wheel).hexdigest()}"'
+    return (f'    <a href="../../{quote(name)}#sha256={file_sha256(listed.wheel)}"'
             f'{requires} data-core-metadata="{core}" data-dist-info-metadata="{core}">'
             f"{html.escape(name)}</a><br/>")
 

@@ -44,7 +44,7 @@ from torch_backport.apply import apply_series
 from torch_backport.errors import Refused
 from torch_backport.git import git_blob_id
 from torch_backport.identify import topic_files
-from torch_backport.record import sha256_hex
+from torch_backport.record import file_sha256, sha256_hex
 from torch_backport.series import Series, Topic
 # In the patched wheel's dist-info: what it was built from and with; an
 # install made from it is recognised by this file.
@@ -279,14 +279,6 @@ def write_lock(lock: Path, wheel: Path, release: Version) -> None:
     atomic_write(lock, ("\n".join(lines) + "\n").encode(), 0o644)
     print(f"wrote {lock} ({len(lines) - 3} requirements, each pinned by sha256; the patched "
           f"wheel through --find-links {where}, relative to it)")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def verify_all(wheel: WheelFile, path: Path) -> None:

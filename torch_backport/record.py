@@ -29,7 +29,7 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def file_sha256(path: Path) -> "hashlib._Hash":
+def _file_hash(path: Path) -> "hashlib._Hash":
     """The sha256 object of a file's bytes, read in chunks (wheels are large)."""
     hashed = hashlib.sha256()
     with open(path, "rb") as stream:
@@ -38,9 +38,14 @@ def file_sha256(path: Path) -> "hashlib._Hash":
     return hashed
 
 
+def file_sha256(path: Path) -> str:
+    """`sha256_hex` of a file, read in chunks."""
+    return _file_hash(path).hexdigest()
+
+
 def file_digest(path: Path) -> str:
     """`digest` of a file, read in chunks."""
-    return base64.urlsafe_b64encode(file_sha256(path).digest()).rstrip(b"=").decode()
+    return base64.urlsafe_b64encode(_file_hash(path).digest()).rstrip(b"=").decode()
 
 
 def of_dist(dist: metadata.Distribution) -> Dict[str, str]:

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
-from pathlib import Path
 from typing import Dict, List, Optional
 
+from torch_backport import tables
 from torch_backport.errors import Refused, shown
 from torch_backport.series import load_series, store, supported_bases, Topic
 
 HAS_IT = "has it"  # the release has the topic's change upstream, and no series
 NOT_YET = "not yet"  # scripts/new-base stopped at a conflict: no series for it yet
-# Releases whose series scripts/new-base wrote and whose matrix has not passed.
-CANDIDATES = "candidates.tsv"
 TABLE_BEGIN = "<!-- supported-releases: made by scripts/update-docs from patches/*.tsv -->"
 TABLE_END = "<!-- end of supported-releases -->"
 
@@ -31,45 +29,27 @@ class Release:
     bases: Dict[str, str]
 
 
-def releases_file() -> Path:
-    return store().root / "releases.tsv"
-
-
 def served() -> List[Release]:
-    """Every row of patches/releases.tsv, in its order."""
-    path = releases_file()
-    lines = path.read_text().splitlines()
-    rows = [line.split("\t") for line in lines if line.strip() and not line.startswith("#")]
-    header = next((line[2:].split("\t") for line in lines if line.startswith("# release\t")),
-                  None)
-    if header is None:
-        raise Refused(f"{shown(path)} has no '# release<TAB>topic...' header line")
+    """Every row of patches/releases.tsv, in its order, each checked
+    against the topics and series here (tables.py reads the file)."""
+    rows = tables.read_releases(store().root)
     known = {topic.name: topic for topic in store().topics}
-    unknown = [name for name in header[1:] if name not in known]
+    unknown = [name for name in rows.topics if name not in known]
     if unknown:
-        raise Refused(f"{shown(path)}: its header names {unknown[0]}, which is not a topic")
-    found = []
-    for number, row in enumerate(rows, 1):
-        if len(row) != len(header):
-            raise Refused(f"{shown(path)}: row {number} has {len(row)} fields, the header "
-                          f"{len(header)}")
-        release = Release(row[0], dict(zip(header[1:], row[1:])))
+        raise Refused(f"{shown(rows.path)}: its header names {unknown[0]}, which is not a topic")
+    found = [Release(version, cells) for version, cells in rows.cells.items()]
+    for release in found:
         for name, base in release.bases.items():
             if base not in (HAS_IT, NOT_YET) and base not in supported_bases(known[name]):
-                raise Refused(f"{shown(path)}: {release.version} names {base} for topic "
+                raise Refused(f"{shown(rows.path)}: {release.version} names {base} for topic "
                               f"{name}, which has no series there")
-        found.append(release)
     return found
 
 
 def candidates() -> List[str]:
     """The releases of patches/candidates.tsv: series written by
     scripts/new-base whose matrix has not passed yet."""
-    path = store().root / CANDIDATES
-    if not path.is_file():
-        return []
-    return [line.split("\t")[0] for line in path.read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
+    return tables.read_candidates(store().root)
 
 
 def with_the_feature(topic: Topic) -> List[Release]:
@@ -82,10 +62,9 @@ def with_the_feature(topic: Topic) -> List[Release]:
 
 def nearest_row(version: str) -> "Release | None":
     """The row of `version`, else of the newest listed release below it."""
-    from torch_backport.tables import release_numbers
-    wanted = release_numbers(version)
-    below = [release for release in served() if release_numbers(release.version) <= wanted]
-    return max(below, key=lambda release: release_numbers(release.version), default=None)
+    rows = {release.version: release for release in served()}
+    nearest = tables.read_releases(store().root).nearest_at_or_below(version)
+    return rows[nearest] if nearest is not None else None
 
 
 def known_defect(topic: Topic, version: str) -> Optional[str]:

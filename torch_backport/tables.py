@@ -32,10 +32,6 @@ def release_numbers(version: str) -> Tuple[int, ...]:
     return tuple(int(part) for part in match.group(1).split(".")) if match else ()
 
 
-def newest_first(versions: List[str]) -> List[str]:
-    return sorted(versions, key=release_numbers, reverse=True)
-
-
 @dataclasses.dataclass(frozen=True)
 class Rows:
     """patches/releases.tsv as written: its topic columns, and per release

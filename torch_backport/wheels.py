@@ -38,6 +38,8 @@ from torch_backport.errors import Refused
 from torch_backport.ranged import NoRanges, RangedFile
 
 MB = 1024 * 1024
+# The host target's folder name (pip picks its wheel tag itself).
+HOST_PLATFORM = sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +55,7 @@ class Target:
 
     @property
     def folder(self) -> str:
-        platform = self.platform or sysconfig.get_platform().replace("-", "_").replace(".", "_")
+        platform = self.platform or HOST_PLATFORM
         return f"cp{self.python.replace('.', '')}-{platform}"
 
     def pip_options(self) -> List[str]:
@@ -101,7 +103,7 @@ def host_accepts(have: str) -> bool:
     try:
         from packaging import tags
     except ImportError:  # the clone's python3 may lack it: its own folder only
-        return have == sysconfig.get_platform().replace("-", "_").replace(".", "_")
+        return have == HOST_PLATFORM
     return any(tag.platform == have for tag in tags.sys_tags())
 
 

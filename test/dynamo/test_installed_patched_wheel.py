@@ -24,7 +24,7 @@ import unittest
 from importlib import metadata
 from pathlib import Path
 
-from torch_backport.patched_wheel import file_sha256 as sha256
+from torch_backport.record import file_sha256 as sha256
 from torch_backport.identify import topic_files
 from torch_backport.series import topics
 

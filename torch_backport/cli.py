@@ -38,7 +38,7 @@ MAINTAINER_COMMANDS = ("new-base", "check-patches", "update-docs")
 @dataclasses.dataclass
 class Request:
     """What the arguments ask for, after every mode rule."""
-    command: str  # apply | status | revert | overlay | wheel
+    command: str  # apply | status | revert | verify | overlay | wheel
     check: bool = False
     python: Optional[str] = None
     checkout: Optional[str] = None
@@ -52,6 +52,7 @@ class Request:
     platforms: List[str] = dataclasses.field(default_factory=list)
     python_versions: List[str] = dataclasses.field(default_factory=list)
     all_platforms: bool = False
+    model: Optional[str] = None
     helping: bool = False
 
 
@@ -66,6 +67,7 @@ NEEDS = {
     "--expect": "--expect needs a state: --expect patched",
     "--platform": "--platform needs a wheel platform tag, e.g. manylinux_2_28_aarch64",
     "--python-version": "--python-version needs a version, e.g. 3.12",
+    "--model": "--model needs MODULE:FACTORY, e.g. mypkg.models:make_model",
 }
 
 
@@ -75,7 +77,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _SetMode(argparse.Action):
-    """--status, --revert, --overlay BASE and --wheel IN: one of them at most."""
+    """--status, --revert, --verify, --overlay BASE and --wheel IN: one of
+    them at most."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: Optional[str] = None) -> None:
@@ -100,6 +103,8 @@ def _parser() -> _Parser:
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--status", action=_SetMode, nargs=0)
     parser.add_argument("--revert", action=_SetMode, nargs=0)
+    parser.add_argument("--verify", action=_SetMode, nargs=0)
+    parser.add_argument("--model")
     parser.add_argument("--overlay", action=_SetMode)
     parser.add_argument("--wheel", action=_SetMode)
     parser.add_argument("--out")
@@ -202,6 +207,8 @@ def check_mode_rules(request: Request) -> None:
              "--python-version goes with --platform (or use --all-platforms)"),
             (request.lock is not None, "--lock resolves for the platform that runs it: "
              "not with --platform or --all-platforms (serve the fleet from its index)")]
+    if request.command == "verify" or request.model is not None:
+        rules[:0] = verify_rules(request)
     rules.insert(0, (request.expect is not None and request.expect != "patched",
                      f"--expect {request.expect}: the one state to expect is `patched`"))
     rules.insert(1, (request.expect is not None and (request.command != "status"
@@ -210,6 +217,22 @@ def check_mode_rules(request: Request) -> None:
     for broken, message in rules:
         if broken:
             raise UsageError(message)
+
+
+def verify_rules(request: Request) -> List[tuple[bool, str]]:
+    """--verify runs an interpreter's torch; --model goes with it."""
+    model = request.model or ""
+    return [(request.command != "verify", "--model goes with --verify: "
+             "--verify --model MODULE:FACTORY"),
+            (request.checkout is not None, "--verify runs an interpreter's torch: "
+             "--python PY, not a CHECKOUT (build it, then --verify its Python)"),
+            (request.check, "--verify writes nothing; drop --check"),
+            (request.model is not None and re.fullmatch(r"[^:]+:[A-Za-z_]\w*", model) is None,
+             f"--model {model!r}: say MODULE:FACTORY (a module name or a .py file, a "
+             "colon, and the function that returns (model, example_inputs))"),
+            (request.model is not None and bool(request.topics),
+             "--model checks the model's results through every entry point: "
+             "not with --topic")]
 
 
 def require_python(python: str) -> None:
@@ -271,8 +294,9 @@ def checked_out_dir(out: str, option: str = "--out") -> None:
                      "was read or written")
 
 
-def execute(request: Request) -> int:
-    """Run a parsed request: here, or in the target interpreter."""
+def execute(request: Request, command: str = "scripts/apply.sh") -> int:
+    """Run a parsed request: here, or in the target interpreter. `command`
+    is how the user ran this one (what --verify's advice names)."""
     order: Dict[str, Any]
     needs_git = request.checkout is not None or request.command in ("apply", "wheel", "overlay")
     if needs_git and shutil.which("git") is None:
@@ -320,6 +344,10 @@ def execute(request: Request) -> int:
     # A mode rule, but checked after the interpreter, as apply.sh always did.
     if request.command == "status" and request.check:
         raise UsageError("--status writes nothing; drop --check")
+    if request.command == "verify":
+        return in_target(request.python, {"engine": "verify", "topics": request.topics,
+                                          "model": request.model,
+                                          "command": command})
     return in_target(request.python, {"engine": "wheel", "command": request.command,
                                       "check": request.check, "topics": request.topics,
                                       "expect": request.expect})
@@ -340,7 +368,8 @@ def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
                 return backport_usage_error(
                     "--overlay needs --out DIR here: its default, overlay/ beside apply.sh,"
                     f"\nwould be inside site-packages ({PACKAGE})")
-        return execute(request)
+        return execute(request, "scripts/apply.sh" if default_python is None
+                       else "torch-backport apply")
     # The installed command names itself: it has no scripts/apply.sh.
     except UsageError as problem:
         help_command = "scripts/apply.sh" if default_python is None else "torch-backport apply"

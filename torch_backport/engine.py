@@ -91,6 +91,9 @@ def engine(order: Dict[str, Any]) -> int:
         from torch_backport.pristine import probe
         print(json.dumps(probe(order["paths"])))
         return 0
+    if order["engine"] == "verify":
+        from torch_backport.verify import run
+        return run(order)
     if order["engine"] == "checkout":
         from torch_backport.checkout_mode import open_checkout
         return driver.run(order["command"], names, order["check"], open_checkout(

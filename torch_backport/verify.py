@@ -1,0 +1,187 @@
+"""`--verify`: proof from the code that runs, where --status proves the files.
+
+Runs in the target interpreter PY, which _launch.py started afresh for it
+(engine.py's `verify` order), before anything imported torch: the process
+gets an Inductor cache of its own (removed at the end, whatever happens)
+and writes no bytecode, so it leaves site-packages and the user's caches
+as they were. Then each applicable topic's cells (verify_cells.py) run on
+the torch this process imports, or, with --model, the user's own model
+through every entry point (verify_model.py); a cell that does not hold is
+named with the defect it shows and what to do about it.
+
+Exit codes: 0 every cell holds (any install, stock included); 1 one does
+not, or nothing could be measured.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from torch_backport.errors import Failed, Refused
+from torch_backport.install import find_install, Install
+from torch_backport.install_state import State
+from torch_backport.series import select_topics, Topic
+from torch_backport.wheel_status import inspect
+
+CACHE_PREFIX = "torch-backport-verify-"
+# Inductor's own switch: take the vector ISAs /proc/cpuinfo lists instead of
+# probing each with a compile (8 to 11 s of a cold process on 2 cores; the
+# cells' results do not depend on the vector width). Not for --model: the
+# user's model is compiled as it is in production.
+SKIP_ISA_PROBE = ("TORCHINDUCTOR_VEC_ISA_OK", "1")
+NO_COMPILER = (
+    "Inductor's CPU backend compiles C++, and this machine has no C++ compiler it can use "
+    "({why}).\nInstall one and run --verify again: apt-get install g++ (Debian, Ubuntu and "
+    "their -slim images), dnf install gcc-c++, apk add g++, or set CXX to a compiler's "
+    "path. Nothing was compiled; torch.compile and compile_fx on the CPU fail the same way "
+    "here.")
+
+
+def isolate(model: bool) -> Path:
+    """A fresh Inductor (and Triton) cache for this process, and no bytecode
+    written: set before torch is imported, which reads them once."""
+    if "torch" in sys.modules:
+        raise Failed("--verify must start before torch is imported (an internal error)")
+    cache = Path(tempfile.mkdtemp(prefix=CACHE_PREFIX))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
+    os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
+    sys.dont_write_bytecode = True
+    if not model:
+        os.environ.setdefault(*SKIP_ISA_PROBE)
+    return cache
+
+
+def compiler_problem() -> Optional[str]:
+    """Why Inductor's CPU backend cannot compile here, or None."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+        get_cpp_compiler()
+    except Exception as problem:  # InvalidCxxCompiler, or a compiler that will not run
+        return NO_COMPILER.format(why=f"{type(problem).__name__}: {problem}".strip())
+    return None
+
+
+def topic_states(chosen: List[Topic]) -> Dict[str, Optional[Any]]:
+    """Each topic's --status (None where the files cannot say)."""
+    states: Dict[str, Optional[Any]] = {}
+    for topic in chosen:
+        try:
+            states[topic.name] = inspect(find_install(topic))
+        except (Refused, OSError):
+            states[topic.name] = None
+    return states
+
+
+def imported_from(install: Install) -> List[str]:
+    """The header: which torch this process runs, and a warning where it is
+    not the install --status reads."""
+    import torch
+
+    running = Path(torch.__file__).resolve().parent
+    lines = [f"torch {torch.__version__} imported from {running}, by {sys.executable}"]
+    if running != (install.site / "torch").resolve():
+        lines.append(f"warning: this is not the torch --status reads ({install.site / 'torch'},"
+                     f" {install.version}): another torch comes first on sys.path "
+                     "(PYTHONPATH, a user site, a vendored tree); the cells measure the one "
+                     "imported")
+    return lines
+
+
+def advice(topic: str, status: Optional[Any], command: str) -> str:
+    """What to do about a topic whose cells do not all hold, from its files."""
+    state = status.state if status is not None else None
+    fix = f"{command} --python {sys.executable}"
+    if state is State.PRISTINE and status.series is not None:
+        return (f"{topic}: the files are stock; `{fix}` fixes this "
+                f"(series {status.series.base})")
+    if state is not None and state.applied:
+        return (f"{topic}: the files are patched ({state}), yet the code that ran is not: "
+                "see the torch imported above, and the .pyc files --status names")
+    if state is State.HAS_FEATURE:
+        return (f"{topic}: this release has the change upstream and no series here; "
+                "the cells above are what it does")
+    said = status.message().splitlines()[0] if status is not None else "cannot be read"
+    return f"{topic}: no series here applies as the files stand ({said}); see --status"
+
+
+def run_cells(chosen: List[Topic]) -> List[Any]:
+    """Measure and print each chosen topic's cells, as each is measured."""
+    from torch_backport.verify_cells import CELLS, Cell
+
+    cells: List[Cell] = []
+    print(f"{'cell':<62} {'expected':<22} {'actual':<18} verdict", flush=True)
+    for topic in chosen:
+        if topic.name not in CELLS:
+            print(f"({topic.name}: no cell here; its behaviour is a process's start-up, "
+                  "test/dynamo/test_cpu_isa_probe.py)")
+        for measure in CELLS.get(topic.name, []):
+            try:
+                found = measure()
+            except Exception as problem:
+                traceback.print_exc()
+                name = getattr(measure, "__name__", "a cell")
+                found = [Cell(topic.name, name, "a result", f"raised {type(problem).__name__}",
+                              False, f"{name} raised {problem!r} (the traceback is above)")]
+            for cell in found if isinstance(found, list) else [found]:
+                verdict = "holds" if cell.holds else "DOES NOT HOLD"
+                print(f"{cell.label:<62} {cell.expected:<22} {cell.actual:<18} {verdict}",
+                      flush=True)
+                cells.append(cell)
+    return cells
+
+
+def verdict(cells: List[Any], states: Dict[str, Optional[Any]], command: str,
+            started: float) -> int:
+    seconds = time.monotonic() - started
+    failed = [cell for cell in cells if not cell.holds]
+    if not failed:
+        print(f"verify: all {len(cells)} cells hold ({seconds:.0f} s)")
+        return 0
+    print(f"verify: {len(failed)} of {len(cells)} cells do not hold ({seconds:.0f} s):")
+    for defect in dict.fromkeys(cell.defect for cell in failed):
+        print(f"  {defect}")
+    for topic in dict.fromkeys(cell.topic for cell in failed):
+        print(f"  {advice(topic, states.get(topic), command)}")
+    return 1
+
+
+def run(order: Dict[str, Any]) -> int:
+    """The engine's `verify` order, in a fresh process of PY."""
+    started = time.monotonic()
+    model = order.get("model")
+    cache = isolate(bool(model))
+    try:
+        chosen = select_topics(order.get("topics") or None)
+        states = topic_states(chosen)
+        install = find_install(chosen[0])
+        print(f"--verify{' --model ' + model if model else ''}: a fresh process, with an "
+              f"Inductor cache of its own ({cache}, removed at the end)", flush=True)
+        for line in imported_from(install):
+            print(line, flush=True)
+        print("files (--status): " + ", ".join(
+            f"{name} {status.state if status is not None else 'unreadable'}"
+            for name, status in states.items()), flush=True)
+        problem = compiler_problem()
+        if problem:
+            print(problem, file=sys.stderr)
+            return 1
+        if model:
+            from torch_backport.verify_model import verify_model
+            mismatched = verify_model(model, cache)
+            if mismatched:
+                topic = chosen[0].name
+                print(f"  {advice(topic, states.get(topic), order['command'])}")
+            return 1 if mismatched else 0
+        return verdict(run_cells(chosen), states, order["command"], started)
+    except Refused as problem:
+        print(f"{order['command']}: {problem}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)

@@ -1,0 +1,181 @@
+"""`--verify --model MODULE:FACTORY`: the user's own model through every
+entry point Inductor has for inference, under torch.no_grad() with
+freezing, against eager; one row per entry point, printed as it finishes.
+
+FACTORY (a callable in MODULE, imported from the current directory, or a
+file path) returns `(model, example_inputs)`. An entry point the model cannot
+go through (symbolic_trace or torch.export refuses it) says so and is not a
+failure; a result further from eager than verify_cells.tolerance is.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.util
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, List, Tuple
+
+import torch
+
+from torch_backport.errors import Failed
+from torch_backport.verify_cells import max_abs_error, tolerance
+
+
+class CannotGoThrough(Exception):
+    """The model cannot be handed to this entry point (tracing or export
+    refused it): said, not a failure."""
+
+
+def traced(model: torch.nn.Module) -> torch.fx.GraphModule:
+    try:
+        return torch.fx.symbolic_trace(model)
+    except Exception as problem:
+        raise CannotGoThrough(f"symbolic_trace: {type(problem).__name__}: {problem}") from None
+
+
+def exported(model: torch.nn.Module, inputs: Tuple[Any, ...]) -> Any:
+    try:
+        return torch.export.export(model, inputs)
+    except Exception as problem:
+        raise CannotGoThrough(f"torch.export: {type(problem).__name__}: {problem}") from None
+
+
+def via_compile_fx(model: torch.nn.Module, inputs: Tuple[Any, ...], work: Path) -> Any:
+    from torch._inductor.compile_fx import compile_fx
+    return compile_fx(traced(model), list(inputs))(*inputs)
+
+
+def via_inductor_compile(model: torch.nn.Module, inputs: Tuple[Any, ...], work: Path) -> Any:
+    return torch._inductor.compile(traced(model), list(inputs))(*inputs)
+
+
+def via_export_compile_fx(model: torch.nn.Module, inputs: Tuple[Any, ...], work: Path) -> Any:
+    from torch._inductor.compile_fx import compile_fx
+    return compile_fx(exported(model, inputs).module(), list(inputs))(*inputs)
+
+
+def via_aot_inductor(model: torch.nn.Module, inputs: Tuple[Any, ...], work: Path) -> Any:
+    program = exported(model, inputs)
+    package = torch._inductor.aoti_compile_and_package(program,
+                                                       package_path=str(work / "model.pt2"))
+    return torch._inductor.aoti_load_package(package)(*inputs)
+
+
+def via_torch_compile(model: torch.nn.Module, inputs: Tuple[Any, ...], work: Path) -> Any:
+    return torch.compile(model)(*inputs)
+
+
+Entry = Callable[[torch.nn.Module, Tuple[Any, ...], Path], Any]
+ENTRY_POINTS: List[Tuple[str, Entry]] = [
+    ("compile_fx(torch.fx.symbolic_trace(m))", via_compile_fx),
+    ("torch._inductor.compile(torch.fx.symbolic_trace(m))", via_inductor_compile),
+    ("compile_fx(torch.export.export(m).module())", via_export_compile_fx),
+    ("AOTInductor: aoti_compile_and_package(export(m))", via_aot_inductor),
+    ("torch.compile(m)", via_torch_compile),
+]
+
+
+def load_factory(spec: str) -> Callable[[], Any]:
+    """MODULE:FACTORY's callable; MODULE is a module name (found from the
+    current directory first, as `python -m` finds it) or a .py file."""
+    module_name, _, name = spec.rpartition(":")
+    try:
+        if module_name.endswith(".py") or "/" in module_name:
+            path = Path(module_name)
+            if not path.is_file():
+                raise Failed(f"--model {spec}: {path} is not a file")
+            found = importlib.util.spec_from_file_location(path.stem, path)
+            assert found is not None and found.loader is not None
+            module = importlib.util.module_from_spec(found)
+            sys.modules[path.stem] = module
+            found.loader.exec_module(module)
+        else:
+            sys.path.insert(0, str(Path.cwd()))
+            module = importlib.import_module(module_name)
+    except Failed:
+        raise
+    except Exception as problem:
+        traceback.print_exc()
+        raise Failed(f"--model {spec}: importing {module_name} raised "
+                     f"{type(problem).__name__}: {problem} (the traceback is above)") from None
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise Failed(f"--model {spec}: {module_name} has no callable {name!r}")
+    return factory
+
+
+def made(spec: str) -> Tuple[torch.nn.Module, Tuple[Any, ...]]:
+    """(model in eval mode, example inputs as a tuple) from the factory."""
+    try:
+        result = load_factory(spec)()
+    except Failed:
+        raise
+    except Exception as problem:
+        traceback.print_exc()
+        raise Failed(f"--model {spec}: the factory raised {type(problem).__name__}: "
+                     f"{problem} (the traceback is above)") from None
+    if not (isinstance(result, tuple) and len(result) == 2
+            and isinstance(result[0], torch.nn.Module)):
+        raise Failed(f"--model {spec}: the factory must return (model, example_inputs), "
+                     f"a torch.nn.Module and a tuple of inputs; it returned {type(result).__name__}")
+    model, inputs = result
+    if not isinstance(inputs, tuple):
+        inputs = tuple(inputs) if isinstance(inputs, list) else (inputs,)
+    if model.training:
+        print("note: the model was in training mode; it is checked in eval mode "
+              "(model.eval()), as inference with freezing runs it")
+    return model.eval(), inputs
+
+
+def describe(inputs: Tuple[Any, ...], expected: Any) -> str:
+    def shape(value: Any) -> str:
+        if isinstance(value, torch.Tensor):
+            return f"{'x'.join(map(str, value.shape)) or 'scalar'} {str(value.dtype)[6:]}"
+        return type(value).__name__
+    from torch_backport.verify_cells import leaves
+    return (f"inputs {', '.join(shape(v) for v in inputs)}; outputs "
+            f"{', '.join(shape(v) for v in leaves(expected))}")
+
+
+def row(label: str, entry: Entry, model: torch.nn.Module, inputs: Tuple[Any, ...],
+        expected: Any, allowed: float, work: Path) -> str:
+    """Run one entry point on a copy of the model; its verdict word."""
+    from torch._inductor import config
+
+    print(f"{label:<52} ", end="", flush=True)
+    started = time.monotonic()
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad(), config.patch(freezing=True):
+            error = max_abs_error(entry(copy.deepcopy(model), inputs, work), expected)
+    except CannotGoThrough as why:
+        print(f"{'-':<14} not applicable: {why}"[:200], flush=True)
+        return "not applicable"
+    except Exception as problem:
+        print(f"{'-':<14} RAISED {type(problem).__name__}: {problem}"[:300], flush=True)
+        return "raised"
+    word = "right" if error <= allowed else "WRONG"
+    print(f"{error:<14.3g} {word} ({time.monotonic() - started:.0f} s)", flush=True)
+    return word
+
+
+def verify_model(spec: str, work: Path) -> bool:
+    """Print the table; True if an entry point is wrong or raised."""
+    model, inputs = made(spec)
+    with torch.no_grad():
+        expected = model(*inputs)
+    allowed = tolerance(expected)
+    print(f"model {type(model).__name__} from {spec}: {describe(inputs, expected)}")
+    print(f"tolerance {allowed:.3g}: 1e-3 of max(1, max |eager output|) in float32 "
+          "(docs/results-fixes.md#am-i-affected)")
+    print(f"{'entry point (no_grad, freezing)':<52} {'max abs error':<14} verdict", flush=True)
+    words = [row(label, entry, model, inputs, expected, allowed, work)
+             for label, entry in ENTRY_POINTS]
+    wrong, raised = words.count("WRONG"), words.count("raised")
+    print(f"verify --model: {words.count('right')} right, {wrong} wrong, {raised} raised, "
+          f"{words.count('not applicable')} not applicable")
+    return bool(wrong or raised)

@@ -7,6 +7,7 @@ import textwrap
 
 APPLY_HELP = """\
 Usage: scripts/apply.sh --python PY [--topic T]... [--check | --status [--expect patched] | --revert [--check]]
+       scripts/apply.sh --python PY --verify [--topic T]... | --verify --model MODULE:FACTORY
        scripts/apply.sh CHECKOUT [--topic T]... [--check | --no-commit | --status | --revert [--check]]
        scripts/apply.sh --overlay BASE [--topic T]... [--python PY] [--out DIR]
        scripts/apply.sh --wheel IN --out DIR [--topic T]... [--check]
@@ -76,6 +77,40 @@ Installed wheel (the torch that interpreter PY imports):
                        files back all fail it.
   --revert             restore the originals, checked against RECORD again;
                        also finishes or rolls back an interrupted run
+  --verify             proof from the code that runs, where --status proves
+                       the files: in a fresh process of PY, with an Inductor
+                       cache of its own (removed at the end) and no bytecode
+                       written, run what each default topic (or each --topic)
+                       promises and print one line per cell, expected beside
+                       actual: conv->BN with freezing through compile_fx and
+                       torch._inductor.compile against eager, a conv shared by
+                       a BatchNorm and another use, a warm compile that hits
+                       the AOTAutogradCache and runs 0 pre-grad passes, and a
+                       float16 compile after a bfloat16 one under autocast. A
+                       cell that does not hold is named with its defect and
+                       what to do. Exit 0 only if every cell holds, on any
+                       install, stock included. About 15-25 s on 2 CPU cores
+                       (it takes the vector ISAs /proc/cpuinfo lists, Inductor's
+                       TORCHINDUCTOR_VEC_ISA_OK=1, instead of the 8-11 s
+                       probe). Writes nothing into site-packages. Needs a C++
+                       compiler (Inductor's CPU backend); without one it says
+                       what to install.
+  --model MODULE:FACTORY
+                       with --verify: your own model. FACTORY, a function in
+                       MODULE (a module name found from the current directory,
+                       or a .py file), returns (model, example_inputs). Under
+                       torch.no_grad() with freezing, the model goes through
+                       compile_fx(torch.fx.symbolic_trace(m)),
+                       torch._inductor.compile(symbolic_trace(m)),
+                       compile_fx(torch.export.export(m).module()), AOTInductor
+                       (aoti_compile_and_package, then aoti_load_package) and
+                       torch.compile(m); one row each with the max abs error
+                       against eager. Exit 1 if one is further from eager than
+                       1e-3 of max(1, max |output|) (float32), or raised; an
+                       entry point the model cannot go through (no trace, no
+                       export) says so and is not a failure. Compiles as in
+                       production (the ISA probe included): about 30 s for a
+                       small model, AOTInductor most of it.
 
 PyTorch checkout or release branch (a git work tree of pytorch/pytorch):
   CHECKOUT             identify the base by the content of the files the series

@@ -146,20 +146,22 @@ def row(label: str, entry: Entry, model: torch.nn.Module, inputs: Tuple[Any, ...
     """Run one entry point on a copy of the model; its verdict word."""
     from torch._inductor import config
 
-    print(f"{label:<52} ", end="", flush=True)
     started = time.monotonic()
     torch._dynamo.reset()
     try:
         with torch.no_grad(), config.patch(freezing=True):
             error = max_abs_error(entry(copy.deepcopy(model), inputs, work), expected)
     except CannotGoThrough as why:
-        print(f"{'-':<14} not applicable: {why}"[:200], flush=True)
+        print(f"{label:<52} {'-':<14} not applicable: {why}"[:250], flush=True)
         return "not applicable"
     except Exception as problem:
-        print(f"{'-':<14} RAISED {type(problem).__name__}: {problem}"[:300], flush=True)
+        traceback.print_exc()
+        print(f"{label:<52} {'-':<14} RAISED {type(problem).__name__}: {problem}"[:350],
+              flush=True)
         return "raised"
     word = "right" if error <= allowed else "WRONG"
-    print(f"{error:<14.3g} {word} ({time.monotonic() - started:.0f} s)", flush=True)
+    print(f"{label:<52} {error:<14.3g} {word} ({time.monotonic() - started:.0f} s)",
+          flush=True)
     return word
 
 
@@ -170,8 +172,8 @@ def verify_model(spec: str, work: Path) -> bool:
         expected = model(*inputs)
     allowed = tolerance(expected)
     print(f"model {type(model).__name__} from {spec}: {describe(inputs, expected)}")
-    print(f"tolerance {allowed:.3g}: 1e-3 of max(1, max |eager output|) in float32 "
-          "(docs/results-fixes.md#am-i-affected)")
+    print(f"tolerance {allowed:.3g}: max(1, max |eager output|) times 1e-3 for float32 "
+          "(1e-2 float16, 5e-2 bfloat16; docs/results-fixes.md#am-i-affected)")
     print(f"{'entry point (no_grad, freezing)':<52} {'max abs error':<14} verdict", flush=True)
     words = [row(label, entry, model, inputs, expected, allowed, work)
              for label, entry in ENTRY_POINTS]

@@ -180,7 +180,7 @@ def run(order: Dict[str, Any]) -> int:
                 print(f"  {advice(topic, states.get(topic), order['command'])}")
             return 1 if mismatched else 0
         return verdict(run_cells(chosen), states, order["command"], started)
-    except Refused as problem:
+    except (Refused, Failed) as problem:
         print(f"{order['command']}: {problem}", file=sys.stderr)
         return 1
     finally:

@@ -24,6 +24,13 @@ REAL_MODELS = {
     "efficientnet_b0": (2, 3, 128, 128),
     "densenet121": (2, 3, 64, 64),
 }
+# Small nets of the other convolutions fuse_conv_bn folds (Conv1d -> BatchNorm1d
+# as in speech front ends, Conv3d -> BatchNorm3d as in video models): built
+# here, seconds to compile. name -> input shape.
+SMALL_NETS = {
+    "conv1d_speech": (2, 40, 100),
+    "conv3d_video": (1, 3, 8, 24, 24),
+}
 # Folding BatchNorms changes rounding; outputs are of magnitude 1-10 and the
 # defect is off by 1 or more.
 TOLERANCE = {"atol": 5e-4, "rtol": 5e-4}
@@ -65,17 +72,32 @@ def set_trained_like_batchnorms(model: torch.nn.Module, example: torch.Tensor) -
         model.eval()
 
 
+def small_net(name: str) -> torch.nn.Module:
+    """SMALL_NETS's `name`: three conv -> BatchNorm blocks, ReLU between."""
+    from torch import nn
+
+    conv, norm = {"conv1d_speech": (nn.Conv1d, nn.BatchNorm1d),
+                  "conv3d_video": (nn.Conv3d, nn.BatchNorm3d)}[name]
+    width = SMALL_NETS[name][1]
+    return nn.Sequential(conv(width, 32, 3, padding=1), norm(32), nn.ReLU(),
+                         conv(32, 32, 3, padding=1), norm(32), nn.ReLU(),
+                         conv(32, 16, 1), norm(16))
+
+
 def make_real_model(name: str, seed: int = 0,
                     batch: int | None = None) -> tuple[torch.nn.Module, torch.Tensor]:
     """torchvision's `name` (random weights, trained-like BatchNorms, eval
     mode) and an input for it (REAL_MODELS's shape, or `batch` images)."""
-    import torchvision
-
     torch.manual_seed(seed)
-    shape = REAL_MODELS[name]
+    shape = REAL_MODELS.get(name) or SMALL_NETS[name]
     if batch is not None:
         shape = (batch, *shape[1:])
-    model = getattr(torchvision.models, name)(weights=None)
+    if name in SMALL_NETS:
+        model = small_net(name)
+    else:
+        import torchvision
+
+        model = getattr(torchvision.models, name)(weights=None)
     set_trained_like_batchnorms(model, torch.randn(*shape))
     return model, torch.randn(*shape)
 
@@ -84,8 +106,9 @@ def compile_with_freezing(entry: str, model: torch.nn.Module, x: torch.Tensor,
                           **config: object) -> torch.Tensor:
     """One compile for inference with freezing (and `config`), run on `x`:
     entry "compile_fx" hands Inductor the symbolic_trace'd module (its convs
-    stay modules, as fx-based pipelines pass them), "torch_compile" goes
-    through Dynamo (which lifts the parameters)."""
+    stay modules, as fx-based pipelines pass them), "inductor_compile" hands
+    it to torch._inductor.compile (the public wrapper of compile_fx),
+    "torch_compile" goes through Dynamo (which lifts the parameters)."""
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
 
@@ -93,6 +116,8 @@ def compile_with_freezing(entry: str, model: torch.nn.Module, x: torch.Tensor,
     with torch.no_grad(), inductor_config.patch({"freezing": True, **config}):
         if entry == "compile_fx":
             out = compile_fx(torch.fx.symbolic_trace(model), [x])(x)
+        elif entry == "inductor_compile":
+            out = torch._inductor.compile(torch.fx.symbolic_trace(model), [x])(x)
         else:
             out = torch.compile(model)(x)
     return out[0] if isinstance(out, (list, tuple)) else out

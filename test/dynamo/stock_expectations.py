@@ -97,6 +97,36 @@ RESULTS_CELL = re.compile(
 )
 
 
+# apply.sh --verify (test_verify_command.py): cell -> the stock releases it
+# holds on, by the same facts as the suites that check each behaviour.
+VERIFY_CELLS = {
+    "conv_bn_compile_fx": lambda rel: rel < FEATURE_SINCE,  # late passes from 2.12
+    "conv_bn_inductor_compile": lambda rel: rel < FEATURE_SINCE,
+    "shared_conv": lambda rel: False,  # folded into a conv with another use: every release
+    "warm_hit": lambda rel: rel >= FEATURE_SINCE,
+    "autocast_region":
+        AUTOCAST_TESTS["test_region_without_dtype_follows_the_ambient_dtype_on_a_warm_cache"],
+    "autocast_call_site": AUTOCAST_TESTS["test_call_site_region_follows_its_dtype_on_a_warm_cache"],
+}
+VERIFY_TESTS = {  # test -> the stock releases it passes on
+    "test_verify_exits_zero_and_every_cell_holds": lambda rel: False,
+    "test_verify_names_exactly_the_cells_this_build_gets_wrong": lambda rel: True,
+    "test_verify_writes_nothing_into_site_packages": lambda rel: True,
+    "test_verify_removes_its_inductor_cache": lambda rel: True,
+    "test_without_a_cpp_compiler_it_names_what_to_install": lambda rel: True,
+    # A Conv1d -> BatchNorm1d model through compile_fx: the late fold, from 2.12.
+    "test_users_conv_bn_model_is_right_through_every_entry_point":
+        lambda rel: rel < FEATURE_SINCE,
+    "test_an_entry_point_the_model_cannot_go_through_is_not_a_failure": lambda rel: True,
+    "test_a_factory_that_is_not_there_is_named": lambda rel: True,
+}
+
+
+def verify_cells_failing_on_stock(version: str) -> set[str]:
+    """The --verify cells that do not hold on stock torch `version`."""
+    return {cell for cell, holds in VERIFY_CELLS.items() if not holds(release(version))}
+
+
 def release(version: str) -> tuple[int, int]:
     """'2.12.0+cu130' -> (2, 12)."""
     major, minor = version.split("+", 1)[0].split(".")[:2]
@@ -132,6 +162,12 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
         if test_name not in CUDA_AUTOCAST_TESTS:
             raise ValueError(f"no stock expectations for test_cuda_autocast_cache.py::{test_name}")
         return "pass" if CUDA_AUTOCAST_TESTS[test_name](release(version)) else "fail"
+    if test_file == "test_verify_command.py":
+        if test_name not in VERIFY_TESTS:
+            raise ValueError(f"no stock expectations for test_verify_command.py::{test_name}")
+        return "pass" if VERIFY_TESTS[test_name](release(version)) else "fail"
+    if test_file == "test_real_models_aoti.py":
+        return "pass"  # export lifts the parameters: right on every release
     if test_file == "test_release_identification.py":
         return "pass"  # the tool's choice of series, on stock and patched alike
     if test_file == "test_real_install_round_trip.py":
@@ -150,7 +186,7 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
         real = REAL_MODEL_CELL.match(test_name)
         if real is None:
             raise ValueError(f"no stock expectations for test_real_models.py::{test_name}")
-        if real["path"] == "compile_fx":
+        if real["path"] in ("compile_fx", "inductor_compile"):
             return "fail" if has_feature else "pass"
         if real["path"] == "compile_fx_early":
             return "pass" if has_feature else "fail"  # the config option does not exist
@@ -180,9 +216,10 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
     return "pass"
 
 
-# Suites about the tool, not torch: their stock run is its own check.
+# Suites about the tool, not torch: their stock run is its own check
+# (--verify's, that it names a stock build's defects).
 TOOL_SUITES = {"test_release_identification.py", "test_patched_wheel_rules.py",
-               "test_real_install_round_trip.py"}
+               "test_real_install_round_trip.py", "test_verify_command.py"}
 # The release whose stock behaviour defines the feature (upstream 2.12.0).
 FEATURE_REFERENCE = (2, 12)
 
@@ -202,7 +239,7 @@ def checks_something_on_stock(version: str, test_file: str, test_name: str) -> b
         return True
     if test_file == "test_real_models.py" and (
             test_name == "test_the_documented_check_prints_eager_numbers"
-            or REAL_MODEL_CELL.match(test_name)["path"] == "compile_fx"):
+            or REAL_MODEL_CELL.match(test_name)["path"] in ("compile_fx", "inductor_compile")):
         return True  # what users ask about: stock beside patched on every release
     rel = release(version)
     if test_file == "test_cpu_isa_probe.py":

@@ -1,13 +1,15 @@
 """Real networks compiled for CPU inference with freezing equal eager.
 
-torchvision's resnet50 and mobilenet_v3_small (random weights, trained-like
-BatchNorms: real_models.py) under torch.no_grad with freezing, through three
-paths: `compile_fx` on a symbolic_trace'd module (the convs stay modules; the
-late pre-grad passes fold each BatchNorm after the conv weights were
-captured, so stock 2.12.0 and later are off by far more than the output's
-size), the same with `pre_grad_pass_timing = "early"` (the workaround on a
-stock release that has the option), and `torch.compile` (Dynamo lifts the
-parameters: right everywhere). stock_expectations.py says which cells fail
+torchvision's resnet50 and mobilenet_v3_small (Conv2d), and small Conv1d and
+Conv3d nets (random weights, trained-like BatchNorms: real_models.py) under
+torch.no_grad with freezing, through four paths: `compile_fx` on a
+symbolic_trace'd module (the convs stay modules; the late pre-grad passes
+fold each BatchNorm after the conv weights were captured, so stock 2.12.0
+and later are off by far more than the output's size), the same through
+`torch._inductor.compile` (its public wrapper: the same defect), the same
+with `pre_grad_pass_timing = "early"` (the workaround on a stock release
+that has the option), and `torch.compile` (Dynamo lifts the parameters:
+right everywhere). stock_expectations.py says which cells fail
 on which stock release; test/torchvision.tsv which torchvision each release
 gets.
 """
@@ -35,10 +37,12 @@ from real_models import (
 )
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results-fixes.md"
-CELL_MODELS = ["resnet50", "mobilenet_v3_small"]
+# Conv2d nets from torchvision, and small Conv1d and Conv3d ones (real_models.SMALL_NETS).
+CELL_MODELS = ["resnet50", "mobilenet_v3_small", "conv1d_speech", "conv3d_video"]
 # path -> (entry point, pre_grad_pass_timing or None to leave it unset)
 PATHS = {
     "compile_fx": ("compile_fx", None),
+    "inductor_compile": ("inductor_compile", None),
     "compile_fx_early": ("compile_fx", "early"),
     "torch_compile": ("torch_compile", None),
 }

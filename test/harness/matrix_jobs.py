@@ -11,10 +11,14 @@ verdict (test/dynamo/stock_expectations.py says what fails where).
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from torch_backport.tables import release_numbers  # noqa: E402
 
 RESULTS_SUITE = "test/dynamo/test_pre_grad_results.py"
 REAL_MODELS_SUITE = "test/dynamo/test_real_models.py"
@@ -30,6 +34,13 @@ STOCK_ONLY_SUITES = ("test/dynamo/test_patched_wheel_rules.py",
                      "test/dynamo/test_real_install_round_trip.py")
 # The results suites are a patched build's longest: a job of their own.
 OTHER_SUITES = tuple(s for s in DYNAMO_SUITES if s not in (RESULTS_SUITE, REAL_MODELS_SUITE))
+# apply.sh --verify (and --verify --model) on one stock and one patched
+# install of each tier: in the full tier the newest release without the
+# feature and the newest release; in the short tier its newest release.
+VERIFY_SUITE = "test/dynamo/test_verify_command.py"
+VERIFY_FULL_TIER = ("2.11.0", "2.15.0")
+# AOTInductor on a real network (about 30 s of C++): one full-tier patched build.
+AOTI_SUITE, AOTI_RELEASE = "test/dynamo/test_real_models_aoti.py", "2.15.0"
 # The short tier (a release whose content another tested release has,
 # test/harness/content_identity.py): compile cells that tell stock from
 # patched on every release: the results cell upstream gets wrong, a
@@ -92,30 +103,34 @@ def full_tier(build: Build, pytest_args: Sequence[str]) -> List[Job]:
     exactly where expected"."""
     release = build.release
     patched_env = {"PREGRAD_EXPECT_PATCHED": release}
+    verify = [VERIFY_SUITE] if release in VERIFY_FULL_TIER else []
+    aoti = [AOTI_SUITE] if release == AOTI_RELEASE else []
     jobs = [Job(f"patched-{release}-results", f"patched-{release}", build.patched,
-                [RESULTS_SUITE, REAL_MODELS_SUITE, *pytest_args], patched_env, release)]
+                [RESULTS_SUITE, REAL_MODELS_SUITE, *aoti, *pytest_args], patched_env, release)]
     if not pytest_args:
         # A full-tier stock run keeps what it can tell (conftest.py,
         # stock_expectations.checks_something_on_stock).
         jobs.append(Job(f"stock-{release}", f"stock-{release}", build.stock,
-                        ["-k", NOT_ON_STOCK, *DYNAMO_SUITES, *STOCK_ONLY_SUITES],
+                        ["-k", NOT_ON_STOCK, *DYNAMO_SUITES, *STOCK_ONLY_SUITES, *verify],
                         {"PREGRAD_EXPECT_STOCK": release,
                          "PREGRAD_STOCK_DISCRIMINATING": release}, release))
     jobs.append(Job(f"patched-{release}", f"patched-{release}", build.patched,
-                    [*OTHER_SUITES, *pytest_args], patched_env, release))
+                    [*OTHER_SUITES, *verify, *pytest_args], patched_env, release))
     return jobs
 
 
-def short_tier(build: Build, pytest_args: Sequence[str]) -> List[Job]:
+def short_tier(build: Build, pytest_args: Sequence[str], verify: bool = False) -> List[Job]:
     """Identification, the real install's round trip and --wheel's rules
-    (stock), and SHORT_CELLS, stock and patched."""
+    (stock), and SHORT_CELLS, stock and patched; with `verify`, --verify's
+    suite on both."""
     release = build.release
+    suites = [VERIFY_SUITE] if verify else []
     jobs = [Job(f"patched-{release}-short", f"patched-{release}", build.patched,
-                [IDENTIFICATION_SUITE, *SHORT_CELLS, *pytest_args],
+                [IDENTIFICATION_SUITE, *SHORT_CELLS, *suites, *pytest_args],
                 {"PREGRAD_EXPECT_PATCHED": release}, release)]
     if not pytest_args:
         jobs.append(Job(f"stock-{release}-short", f"stock-{release}", build.stock,
-                        [IDENTIFICATION_SUITE, *STOCK_ONLY_SUITES, *SHORT_CELLS],
+                        [IDENTIFICATION_SUITE, *STOCK_ONLY_SUITES, *SHORT_CELLS, *suites],
                         {"PREGRAD_EXPECT_STOCK": release}, release))
     return jobs
 
@@ -242,7 +257,7 @@ def queue_by_tier(selected: Sequence[str], pytest_args: Sequence[str], setup: Se
     """The tiers by content, computed from the installed files now (into
     `tiers`); the full-tier releases' jobs, then the short ones (longest
     first). A series base must come out full."""
-    short_jobs: List[Job] = []
+    short: List[Build] = []
     for release, tier in setup.tiers([builds[release] for release in selected]):
         setup.note(f"   {release}: {tier.level} tier ({tier.why})")
         if release in tiers and tier.level != "full":
@@ -256,6 +271,8 @@ def queue_by_tier(selected: Sequence[str], pytest_args: Sequence[str], setup: Se
             for job in full_tier(builds[release], pytest_args):
                 queue(job)
         else:
-            short_jobs += short_tier(builds[release], pytest_args)
-    for job in short_jobs:
-        queue(job)
+            short.append(builds[release])
+    newest = max((build.release for build in short), key=release_numbers, default=None)
+    for build in short:
+        for job in short_tier(build, pytest_args, verify=build.release == newest):
+            queue(job)

@@ -1,0 +1,214 @@
+"""`apply.sh --python PY --verify`, and `--verify --model`, on this venv's torch.
+
+Each run is the real command in a fresh process of this interpreter, as a
+user runs it. On a patched build every cell holds and the command exits 0;
+on a stock one it names exactly the cells of the defects that release has
+(stock_expectations.verify_cells_failing_on_stock), and what to do. The
+command leaves site-packages and --status as they were, and removes the
+Inductor cache it made. `--model` takes a module of the user's own, written
+here into a scratch directory (not one of the project's models): a
+Conv1d -> BatchNorm1d encoder, compiled through every entry point.
+
+The matrix runs this suite on one stock and one patched install of each
+tier (test/harness/matrix_jobs.VERIFY_RELEASES).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+from pathlib import Path
+
+import torch
+
+from stock_expectations import verify_cells_failing_on_stock
+
+REPO = Path(__file__).resolve().parents[2]
+APPLY = REPO / "scripts" / "apply.sh"
+STOCK = os.environ.get("PREGRAD_EXPECT_STOCK")
+# The cells of the default topics, in the order printed.
+CELLS = {
+    "conv_bn_compile_fx": "conv->BN, freezing, compile_fx(symbolic_trace(m))",
+    "conv_bn_inductor_compile": "conv->BN, freezing, torch._inductor.compile(symbolic_trace(m))",
+    "shared_conv": "shared conv, freezing, compile_fx(symbolic_trace(m))",
+    "warm_hit": "warm compile: AOTAutogradCache hit, pre-grad passes run",
+    "autocast_region": "autocast region without dtype: float16 compile after bfloat16",
+    "autocast_call_site": "autocast at the call site: float16 compile after bfloat16",
+}
+ENTRY_POINTS = ["compile_fx(torch.fx.symbolic_trace(m))",
+                "torch._inductor.compile(torch.fx.symbolic_trace(m))",
+                "compile_fx(torch.export.export(m).module())",
+                "AOTInductor: aoti_compile_and_package(export(m))",
+                "torch.compile(m)"]
+USER_MODULE = '''
+"""A user's speech encoder: Conv1d -> BatchNorm1d blocks, trained-like statistics."""
+import torch
+from torch import nn
+
+
+def make():
+    torch.manual_seed(7)
+    model = nn.Sequential(nn.Conv1d(40, 48, 5, padding=2), nn.BatchNorm1d(48), nn.ReLU(),
+                          nn.Conv1d(48, 24, 3, padding=1), nn.BatchNorm1d(24))
+    with torch.no_grad():
+        for norm in (model[1], model[4]):
+            norm.running_mean.uniform_(-1, 1)
+            norm.running_var.uniform_(0.5, 2)
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.normal_(0, 0.2)
+    return model.eval(), (torch.randn(2, 40, 50),)
+
+
+class Gated(nn.Module):
+    """Data-dependent control flow: no symbolic_trace, no torch.export."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 4, 3)
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return self.conv(x)
+        return -self.conv(x)
+
+
+def make_gated():
+    torch.manual_seed(7)
+    return Gated().eval(), (torch.randn(1, 4, 16),)
+'''
+
+
+def apply_sh(*args: str, cwd: Path | None = None,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(APPLY), "--python", sys.executable, *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=900)
+
+
+def site_packages_snapshot() -> dict[str, tuple[int, int]]:
+    """Every file under this venv's site-packages: (size, mtime)."""
+    site = Path(torch.__file__).resolve().parents[1]
+    found = {}
+    for folder, _, files in os.walk(site):
+        for name in files:
+            stat = os.lstat(os.path.join(folder, name))
+            found[os.path.join(folder, name)] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def cells_printed(stdout: str) -> dict[str, bool]:
+    """cell key -> whether it holds, from --verify's table."""
+    found = {}
+    for key, label in CELLS.items():
+        line = next((line for line in stdout.splitlines() if line.startswith(label)), None)
+        if line is not None:
+            found[key] = line.rstrip().endswith(" holds")
+    return found
+
+
+class VerifyCommandTest(unittest.TestCase):
+    """One --verify run of the default topics, looked at from each side."""
+
+    run_result: subprocess.CompletedProcess[str]
+    before: dict[str, tuple[int, int]]
+    after: dict[str, tuple[int, int]]
+    status_before: subprocess.CompletedProcess[str]
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.status_before = apply_sh("--status")
+        cls.before = site_packages_snapshot()
+        cls.run_result = apply_sh("--verify")
+        cls.after = site_packages_snapshot()
+
+    def output(self) -> str:
+        return self.run_result.stdout + self.run_result.stderr
+
+    def test_verify_exits_zero_and_every_cell_holds(self) -> None:
+        self.assertEqual(cells_printed(self.run_result.stdout),
+                         dict.fromkeys(CELLS, True), self.output())
+        self.assertEqual(self.run_result.returncode, 0, self.output())
+        self.assertIn(f"verify: all {len(CELLS)} cells hold", self.run_result.stdout)
+
+    def test_verify_names_exactly_the_cells_this_build_gets_wrong(self) -> None:
+        failing = verify_cells_failing_on_stock(STOCK) if STOCK else set()
+        self.assertEqual(cells_printed(self.run_result.stdout),
+                         {key: key not in failing for key in CELLS}, self.output())
+        self.assertEqual(self.run_result.returncode, 1 if failing else 0, self.output())
+        if failing:
+            self.assertIn(f"verify: {len(failing)} of {len(CELLS)} cells do not hold",
+                          self.run_result.stdout)
+            self.assertRegex(self.run_result.stdout, r"the files are stock; `scripts/apply\.sh "
+                             rf"--python {re.escape(sys.executable)}` fixes this")
+
+    def test_verify_writes_nothing_into_site_packages(self) -> None:
+        self.assertEqual(self.after, self.before)
+        status_after = apply_sh("--status")
+        self.assertEqual((status_after.returncode, status_after.stdout),
+                         (self.status_before.returncode, self.status_before.stdout))
+
+    def test_verify_removes_its_inductor_cache(self) -> None:
+        cache = re.search(r"an Inductor cache of its own \((\S+), removed at the end\)",
+                          self.run_result.stdout)
+        self.assertIsNotNone(cache, self.output())
+        self.assertFalse(Path(cache[1]).exists())
+
+
+class VerifyWithoutCompilerTest(unittest.TestCase):
+    def test_without_a_cpp_compiler_it_names_what_to_install(self) -> None:
+        """A -slim image has no g++: said before any compile, exit 1."""
+        env = {**os.environ, "CXX": "/nonexistent/g++"}
+        result = apply_sh("--verify", env=env)
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("has no C++ compiler it can use", result.stderr)
+        self.assertIn("apt-get install g++", result.stderr)
+        self.assertEqual(cells_printed(result.stdout), {})
+
+
+class VerifyModelTest(unittest.TestCase):
+    """--verify --model on a module of the user's own."""
+
+    def setUp(self) -> None:
+        self.scratch = Path(tempfile.mkdtemp(prefix="verify-model-"))
+        self.addCleanup(shutil.rmtree, self.scratch)
+        (self.scratch / "user_encoder.py").write_text(textwrap.dedent(USER_MODULE))
+
+    def rows(self, stdout: str) -> dict[str, str]:
+        """entry point -> its verdict word."""
+        found = {}
+        for entry in ENTRY_POINTS:
+            line = next((line for line in stdout.splitlines() if line.startswith(entry)), "")
+            words = line[len(entry):].split()
+            found[entry] = ("not applicable" if "not applicable:" in line
+                            else words[1] if len(words) > 1 else "missing")
+        return found
+
+    def test_users_conv_bn_model_is_right_through_every_entry_point(self) -> None:
+        result = apply_sh("--verify", "--model", "user_encoder:make", cwd=self.scratch)
+        output = result.stdout + result.stderr
+        self.assertEqual(self.rows(result.stdout), dict.fromkeys(ENTRY_POINTS, "right"), output)
+        self.assertEqual(result.returncode, 0, output)
+
+    def test_an_entry_point_the_model_cannot_go_through_is_not_a_failure(self) -> None:
+        result = apply_sh("--verify", "--model", "user_encoder.py:make_gated", cwd=self.scratch)
+        output = result.stdout + result.stderr
+        self.assertEqual(self.rows(result.stdout), {
+            ENTRY_POINTS[0]: "not applicable", ENTRY_POINTS[1]: "not applicable",
+            ENTRY_POINTS[2]: "not applicable", ENTRY_POINTS[3]: "not applicable",
+            ENTRY_POINTS[4]: "right"}, output)
+        self.assertEqual(result.returncode, 0, output)
+
+    def test_a_factory_that_is_not_there_is_named(self) -> None:
+        result = apply_sh("--verify", "--model", "user_encoder:make_it", cwd=self.scratch)
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("--model user_encoder:make_it: user_encoder has no callable 'make_it'",
+                      result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -105,6 +105,30 @@ class ErrorPathsTest(InstallTestCase):
                 self.assertOneClearLine(output, said)
         self.assertFalse((self.tmp / "out").exists())
 
+    def test_verify_and_model_rules_are_usage_errors(self) -> None:
+        install = self.install()
+        python = str(install.python)
+        checkout = str(self.tmp)
+        for args, said in (
+                (("--python", python, "--model", "m:make"), "--model goes with --verify"),
+                (("--python", python, "--verify", "--model", "m"), "say MODULE:FACTORY"),
+                (("--python", python, "--verify", "--model", "m:make", "--topic", "all"),
+                 "not with --topic"),
+                (("--python", python, "--verify", "--check"), "--verify writes nothing"),
+                (("--python", python, "--verify", "--status"),
+                 "--verify and --status do not go together"),
+                ((checkout, "--verify"), "not a CHECKOUT"),
+                (("--verify", "--model"), "--model needs MODULE:FACTORY")):
+            with self.subTest(args=args):
+                code, output = run(*args)
+                self.assertEqual(code, 2, output)
+                self.assertOneClearLine(output, said)
+
+    def test_verify_of_a_python_without_torch_says_so(self) -> None:
+        code, output = run("--python", sys.executable, "--verify", "--topic", "all")
+        self.assertEqual(code, 1, output)
+        self.assertOneClearLine(output, f"{sys.executable} has no torch installed")
+
     def test_revert_of_an_unpatched_tree_names_each_topic(self) -> None:
         checkout = make_checkout(self.tmp / "checkout", site_of(source_python(STOCK)))
         before = checkout.state()

@@ -24,7 +24,8 @@ TIERS = [
                           "checkout_base", "pristine"}),
     ("the driver", {"driver"}),
     ("the modes", {"wheel_mode", "transaction", "checkout_mode", "overlay",
-                   "patched_wheel", "index", "fleet"}),
+                   "patched_wheel", "index", "fleet", "verify", "verify_cells",
+                   "verify_model"}),
     ("the command", {"engine", "help_text", "cli", "_launch"}),
 ]
 MAX_MODULE_LINES = 550

@@ -98,7 +98,7 @@ def advice(topic: str, status: Optional[Any], command: str) -> str:
     """What to do about a topic whose cells do not all hold, from its files."""
     state = status.state if status is not None else None
     fix = f"{command} --python {sys.executable}"
-    if state is State.PRISTINE and status.series is not None:
+    if status is not None and state is State.PRISTINE and status.series is not None:
         return (f"{topic}: the files are stock; `{fix}` fixes this "
                 f"(series {status.series.base})")
     if state is not None and state.applied:

@@ -105,7 +105,8 @@ def load_factory(spec: str) -> Callable[[], Any]:
     factory = getattr(module, name, None)
     if not callable(factory):
         raise Failed(f"--model {spec}: {module_name} has no callable {name!r}")
-    return factory
+    chosen: Callable[[], Any] = factory
+    return chosen
 
 
 def made(spec: str) -> Tuple[torch.nn.Module, Tuple[Any, ...]]:

@@ -181,8 +181,6 @@ def expected_outcome(version: str, test_file: str, test_name: str) -> str:
         return "pass" if TORCHAO_TESTS[test_name](release(version)) else "fail"
     has_feature = release(version) >= FEATURE_SINCE
     if test_file == "test_real_models.py":
-        if test_name == "test_the_documented_check_prints_eager_numbers":
-            return "fail" if has_feature else "pass"  # compile_fx, default timing
         real = REAL_MODEL_CELL.match(test_name)
         if real is None:
             raise ValueError(f"no stock expectations for test_real_models.py::{test_name}")
@@ -238,8 +236,7 @@ def checks_something_on_stock(version: str, test_file: str, test_name: str) -> b
     if test_file in TOOL_SUITES:
         return True
     if test_file == "test_real_models.py" and (
-            test_name == "test_the_documented_check_prints_eager_numbers"
-            or REAL_MODEL_CELL.match(test_name)["path"] in ("compile_fx", "inductor_compile")):
+            REAL_MODEL_CELL.match(test_name)["path"] in ("compile_fx", "inductor_compile")):
         return True  # what users ask about: stock beside patched on every release
     rel = release(version)
     if test_file == "test_cpu_isa_probe.py":

@@ -27,6 +27,10 @@ class Break(NamedTuple):
 
 
 BREAKS = [
+    Break("--model without --verify is a usage error, not a silent no-op",
+          "torch_backport/cli.py", 'return [(request.command != "verify", "--model goes with',
+          'return [(False, "--model goes with',
+          "test_error_paths.py::ErrorPathsTest::test_verify_and_model_rules_are_usage_errors"),
     Break("a patch that applies but leaves another post-image is refused",
           "torch_backport/apply.py", "if blob != diff.post_blob:", "if False:",
           "test_reliability.py::ReliabilityTest::"

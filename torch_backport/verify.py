@@ -140,6 +140,10 @@ def run_cells(chosen: List[Topic]) -> List[Any]:
 def verdict(cells: List[Any], states: Dict[str, Optional[Any]], command: str,
             started: float) -> int:
     seconds = time.monotonic() - started
+    if not cells:
+        print(f"{command}: --verify has no cell for the topics named; run it without --topic "
+              "(the default topics) or with --topic all", file=sys.stderr)
+        return 2
     failed = [cell for cell in cells if not cell.holds]
     if not failed:
         print(f"verify: all {len(cells)} cells hold ({seconds:.0f} s)")

@@ -22,13 +22,16 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, TYPE_CHECKING
 
 from torch_backport.errors import Failed, Refused
 from torch_backport.install import find_install, Install
-from torch_backport.install_state import State
-from torch_backport.series import select_topics, Topic
+from torch_backport.install_state import State, Status
+from torch_backport.series import primary_topic, select_topics, Topic
 from torch_backport.wheel_status import inspect
+
+if TYPE_CHECKING:  # verify_cells imports torch: only once the process is isolated
+    from torch_backport.verify_cells import Cell
 
 CACHE_PREFIX = "torch-backport-verify-"
 # Inductor's own switch: take the vector ISAs /proc/cpuinfo lists instead of
@@ -68,9 +71,9 @@ def compiler_problem() -> Optional[str]:
     return None
 
 
-def topic_states(chosen: List[Topic]) -> Dict[str, Optional[Any]]:
+def topic_states(chosen: List[Topic]) -> Dict[str, Optional[Status]]:
     """Each topic's --status (None where the files cannot say)."""
-    states: Dict[str, Optional[Any]] = {}
+    states: Dict[str, Optional[Status]] = {}
     for topic in chosen:
         try:
             states[topic.name] = inspect(find_install(topic))
@@ -94,7 +97,7 @@ def imported_from(install: Install) -> List[str]:
     return lines
 
 
-def advice(topic: str, status: Optional[Any], command: str) -> str:
+def advice(topic: str, status: Optional[Status], command: str) -> str:
     """What to do about a topic whose cells do not all hold, from its files."""
     state = status.state if status is not None else None
     fix = f"{command} --python {sys.executable}"
@@ -111,7 +114,7 @@ def advice(topic: str, status: Optional[Any], command: str) -> str:
     return f"{topic}: no series here applies as the files stand ({said}); see --status"
 
 
-def run_cells(chosen: List[Topic]) -> List[Any]:
+def run_cells(chosen: List[Topic]) -> List[Cell]:
     """Measure and print each chosen topic's cells, as each is measured."""
     from torch_backport.verify_cells import CELLS, Cell
 
@@ -137,7 +140,7 @@ def run_cells(chosen: List[Topic]) -> List[Any]:
     return cells
 
 
-def verdict(cells: List[Any], states: Dict[str, Optional[Any]], command: str,
+def verdict(cells: List[Cell], states: Dict[str, Optional[Status]], command: str,
             started: float) -> int:
     seconds = time.monotonic() - started
     if not cells:
@@ -179,9 +182,10 @@ def run(order: Dict[str, Any]) -> int:
         if model:
             from torch_backport.verify_model import verify_model
             mismatched = verify_model(model, cache)
-            if mismatched:
-                topic = chosen[0].name
-                print(f"  {advice(topic, states.get(topic), order['command'])}")
+            if mismatched:  # the results fixes are the primary topic's
+                topic = primary_topic()
+                status = topic_states([topic])[topic.name]
+                print(f"  {advice(topic.name, status, order['command'])}")
             return 1 if mismatched else 0
         return verdict(run_cells(chosen), states, order["command"], started)
     except (Refused, Failed) as problem:

@@ -121,8 +121,9 @@ def made(spec: str) -> Tuple[torch.nn.Module, Tuple[Any, ...]]:
                      f"{problem} (the traceback is above)") from None
     if not (isinstance(result, tuple) and len(result) == 2
             and isinstance(result[0], torch.nn.Module)):
-        raise Failed(f"--model {spec}: the factory must return (model, example_inputs), "
-                     f"a torch.nn.Module and a tuple of inputs; it returned {type(result).__name__}")
+        raise Failed(f"--model {spec}: the factory must return (model, example_inputs), a "
+                     "torch.nn.Module and a tuple of inputs; it returned "
+                     f"{type(result).__name__}")
     model, inputs = result
     if not isinstance(inputs, tuple):
         inputs = tuple(inputs) if isinstance(inputs, list) else (inputs,)

@@ -85,7 +85,11 @@ def topic_states(chosen: List[Topic]) -> Dict[str, Optional[Status]]:
 def imported_from(install: Install) -> List[str]:
     """The header: which torch this process runs, and a warning where it is
     not the install --status reads."""
-    import torch
+    try:
+        import torch
+    except Exception as problem:  # a broken install: its files are --status's to read
+        raise Failed(f"{sys.executable} cannot import torch ({type(problem).__name__}: "
+                     f"{problem}); --status reads its files, --verify needs it to run") from None
 
     running = Path(torch.__file__).resolve().parent
     lines = [f"torch {torch.__version__} imported from {running}, by {sys.executable}"]

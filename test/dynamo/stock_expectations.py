@@ -114,6 +114,8 @@ VERIFY_TESTS = {  # test -> the stock releases it passes on
     "test_verify_writes_nothing_into_site_packages": lambda rel: True,
     "test_verify_removes_its_inductor_cache": lambda rel: True,
     "test_without_a_cpp_compiler_it_names_what_to_install": lambda rel: True,
+    "test_another_torch_first_on_sys_path_is_named": lambda rel: True,
+    "test_a_torch_that_does_not_import_is_named": lambda rel: True,
     # A Conv1d -> BatchNorm1d model through compile_fx: the late fold, from 2.12.
     "test_users_conv_bn_model_is_right_through_every_entry_point":
         lambda rel: rel < FEATURE_SINCE,

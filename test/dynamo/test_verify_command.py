@@ -170,6 +170,38 @@ class VerifyWithoutCompilerTest(unittest.TestCase):
         self.assertEqual(cells_printed(result.stdout), {})
 
 
+class VerifyWhichTorchTest(unittest.TestCase):
+    """The torch the process imports is the one measured, and named."""
+
+    def setUp(self) -> None:
+        venv = Path(sys.prefix)
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"{venv.name}-verify-", dir=venv.parent))
+        self.addCleanup(shutil.rmtree, self.scratch)
+
+    def test_another_torch_first_on_sys_path_is_named(self) -> None:
+        """A hard-linked copy of this torch on PYTHONPATH: the header says
+        which torch ran and that --status reads another (the topic without
+        cells keeps the run to its header)."""
+        shadow = self.scratch / "shadow"
+        shadow.mkdir()
+        subprocess.run(["cp", "-al", str(Path(torch.__file__).parent), str(shadow / "torch")],
+                       check=True)
+        env = {**os.environ, "PYTHONPATH": str(shadow)}
+        result = apply_sh("--verify", "--topic", "cpu-isa-probe", env=env)
+        self.assertIn(f"imported from {shadow / 'torch'}", result.stdout, result.stderr)
+        self.assertIn("warning: this is not the torch --status reads", result.stdout)
+
+    def test_a_torch_that_does_not_import_is_named(self) -> None:
+        broken = self.scratch / "broken" / "torch"
+        broken.mkdir(parents=True)
+        (broken / "__init__.py").write_text('raise RuntimeError("a broken build")\n')
+        env = {**os.environ, "PYTHONPATH": str(broken.parent)}
+        result = apply_sh("--verify", env=env)
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("cannot import torch (RuntimeError: a broken build)", result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+
+
 class VerifyModelTest(unittest.TestCase):
     """--verify --model on a module of the user's own."""
 

@@ -12,7 +12,9 @@
 # with random weights and trained-like BatchNorms, nothing downloaded, through
 # compile_fx and through torch.compile). Stock torch 2.12.0 (the release with
 # the feature, and the wrong-result bug) gets a column too, so that those rows
-# show what the results fix changes;
+# show what the results fix changes. Last, `apply.sh --verify` runs on the
+# patched copy: each promised behaviour measured in a fresh process, expected
+# beside actual (about 20 s; the run's exit status is its verdict);
 # --no-upstream leaves it out (one venv less: about 4.6 GB on a fresh
 # machine). --upstream, the old spelling of the default, still works.
 #
@@ -34,9 +36,9 @@ esac
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 step() { printf '\n== %s\n' "$*" >&2; }
 
-step "1/4 venv with stock torch 2.11.0"
+step "1/5 venv with stock torch 2.11.0"
 stock="$("$here/venv.sh" 2.11.0 | tail -n 1)"
-step "2/4 hard-linked copy of it, patched with scripts/apply.sh"
+step "2/5 hard-linked copy of it, patched with scripts/apply.sh"
 patched="$("$here/venv.sh" 2.11.0 --patched-copy torch-2.11.0-patched | tail -n 1)"
 "$here/apply.sh" --python "$patched" --status
 columns=("stock 2.11.0=$stock" "patched 2.11.0=$patched")
@@ -47,7 +49,7 @@ fi
 
 reports="$(mktemp -d)"
 trap 'rm -rf "$reports"' EXIT
-step "3/4 compiling a small MLP (train step), a conv-bn and resnet50 cold, then warm, on each build"
+step "3/5 compiling a small MLP (train step), a conv-bn and resnet50 cold, then warm, on each build"
 table_args=()
 for column in "${columns[@]}"; do
   label="${column%%=*}" python="${column#*=}"
@@ -62,7 +64,7 @@ for column in "${columns[@]}"; do
   table_args+=("$label=$reports/${label// /-}.json")
 done
 
-step "4/4 effect: pre-grad pass runs and cache results, cold then warm compile"
+step "4/5 effect: pre-grad pass runs and cache results, cold then warm compile"
 python3 "$here/../test/harness/effect_table.py" "${table_args[@]}"
 cat <<'TEXT'
 
@@ -77,3 +79,6 @@ by the number in brackets, resnet50 included; patched builds are right, and
 torch.compile is right on all of them (the results fix; patched 2.11.0 has it
 too). Am I affected: docs/results-fixes.md#am-i-affected.
 TEXT
+
+step "5/5 proof from the code that runs: apply.sh --verify on the patched copy (a fresh process)"
+"$here/apply.sh" --python "$patched" --verify

@@ -10,7 +10,7 @@ here into a scratch directory (not one of the project's models): a
 Conv1d -> BatchNorm1d encoder, compiled through every entry point.
 
 The matrix runs this suite on one stock and one patched install of each
-tier (test/harness/matrix_jobs.VERIFY_RELEASES).
+tier (test/harness/matrix_jobs.VERIFY_FULL_TIER and the newest short-tier release).
 """
 
 from __future__ import annotations

@@ -79,46 +79,52 @@ ENTRY_POINTS: List[Tuple[str, Entry]] = [
 ]
 
 
-def load_factory(spec: str) -> Callable[[], Any]:
-    """MODULE:FACTORY's callable; MODULE is a module name (found from the
-    current directory first, as `python -m` finds it) or a .py file."""
-    module_name, _, name = spec.rpartition(":")
+def users_code(spec: str, doing: str, call: Callable[[], Any]) -> Any:
+    """call(); an exception the user's code raises becomes Failed naming
+    it, its traceback printed first (a module not found needs none)."""
     try:
-        if module_name.endswith(".py") or "/" in module_name:
-            path = Path(module_name)
-            if not path.is_file():
-                raise Failed(f"--model {spec}: {path} is not a file")
-            found = importlib.util.spec_from_file_location(path.stem, path)
-            assert found is not None and found.loader is not None
-            module = importlib.util.module_from_spec(found)
-            sys.modules[path.stem] = module
-            found.loader.exec_module(module)
-        else:
-            sys.path.insert(0, str(Path.cwd()))
-            module = importlib.import_module(module_name)
+        return call()
     except Failed:
         raise
+    except ModuleNotFoundError as problem:
+        if problem.name != spec.rpartition(":")[0].split(".")[0]:
+            traceback.print_exc()
+        raise Failed(f"--model {spec}: {doing}: {problem} (looked in the current directory "
+                     "and on sys.path)") from None
     except Exception as problem:
         traceback.print_exc()
-        raise Failed(f"--model {spec}: importing {module_name} raised "
-                     f"{type(problem).__name__}: {problem} (the traceback is above)") from None
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise Failed(f"--model {spec}: {module_name} has no callable {name!r}")
-    chosen: Callable[[], Any] = factory
-    return chosen
+        raise Failed(f"--model {spec}: {doing} raised {type(problem).__name__}: {problem} "
+                     "(the traceback is above)") from None
+
+
+def import_module(spec: str) -> Any:
+    """MODULE of MODULE:FACTORY: a .py file (its folder first on sys.path,
+    as `python FILE` has it), or a module name found from the current
+    directory first, as `python -m` finds it."""
+    module_name = spec.rpartition(":")[0]
+    if not (module_name.endswith(".py") or "/" in module_name):
+        sys.path.insert(0, str(Path.cwd()))
+        return importlib.import_module(module_name)
+    path = Path(module_name)
+    if not path.is_file():
+        raise Failed(f"--model {spec}: {path} is not a file")
+    sys.path.insert(0, str(path.resolve().parent))
+    found = importlib.util.spec_from_file_location(path.stem, path)
+    assert found is not None and found.loader is not None
+    module = importlib.util.module_from_spec(found)
+    sys.modules[path.stem] = module
+    found.loader.exec_module(module)
+    return module
 
 
 def made(spec: str) -> Tuple[torch.nn.Module, Tuple[Any, ...]]:
-    """(model in eval mode, example inputs as a tuple) from the factory."""
-    try:
-        result = load_factory(spec)()
-    except Failed:
-        raise
-    except Exception as problem:
-        traceback.print_exc()
-        raise Failed(f"--model {spec}: the factory raised {type(problem).__name__}: "
-                     f"{problem} (the traceback is above)") from None
+    """(model in eval mode, example inputs as a tuple) from MODULE:FACTORY."""
+    module_name, _, name = spec.rpartition(":")
+    module = users_code(spec, f"importing {module_name}", lambda: import_module(spec))
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise Failed(f"--model {spec}: {module_name} has no callable {name!r}")
+    result = users_code(spec, "the factory", factory)
     if not (isinstance(result, tuple) and len(result) == 2
             and isinstance(result[0], torch.nn.Module)):
         raise Failed(f"--model {spec}: the factory must return (model, example_inputs), a "

@@ -345,6 +345,8 @@ def execute(request: Request, command: str = "scripts/apply.sh") -> int:
     if request.command == "status" and request.check:
         raise UsageError("--status writes nothing; drop --check")
     if request.command == "verify":
+        # Set before PY starts: --verify writes no bytecode, its own included.
+        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
         return in_target(request.python, {"engine": "verify", "topics": request.topics,
                                           "model": request.model,
                                           "command": command})

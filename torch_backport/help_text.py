@@ -7,7 +7,8 @@ import textwrap
 
 APPLY_HELP = """\
 Usage: scripts/apply.sh --python PY [--topic T]... [--check | --status [--expect patched] | --revert [--check]]
-       scripts/apply.sh --python PY --verify [--topic T]... | --verify --model MODULE:FACTORY
+       scripts/apply.sh --python PY --verify [--topic T]...
+       scripts/apply.sh --python PY --verify --model MODULE:FACTORY
        scripts/apply.sh CHECKOUT [--topic T]... [--check | --no-commit | --status | --revert [--check]]
        scripts/apply.sh --overlay BASE [--topic T]... [--python PY] [--out DIR]
        scripts/apply.sh --wheel IN --out DIR [--topic T]... [--check]
@@ -110,7 +111,9 @@ Installed wheel (the torch that interpreter PY imports):
                        entry point the model cannot go through (no trace, no
                        export) says so and is not a failure. Compiles as in
                        production (the ISA probe included): about 30 s for a
-                       small model, AOTInductor most of it.
+                       small model, AOTInductor most of it. Exit 1 also
+                       without a C++ compiler or Python's C headers (it says
+                       which package to install).
 
 PyTorch checkout or release branch (a git work tree of pytorch/pytorch):
   CHECKOUT             identify the base by the content of the files the series

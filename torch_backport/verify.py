@@ -10,7 +10,7 @@ through every entry point (verify_model.py); a cell that does not hold is
 named with the defect it shows and what to do about it.
 
 Exit codes: 0 every cell holds (any install, stock included); 1 one does
-not, or nothing could be measured.
+not, or nothing could be measured; 2 no cell for the topics named.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import sysconfig
 import tempfile
 import time
 import traceback
@@ -31,7 +32,7 @@ from torch_backport.series import primary_topic, select_topics, Topic
 from torch_backport.wheel_status import inspect
 
 if TYPE_CHECKING:  # verify_cells imports torch: only once the process is isolated
-    from torch_backport.verify_cells import Cell
+    from torch_backport.verify_cells import Cell, CellSpec
 
 CACHE_PREFIX = "torch-backport-verify-"
 # Inductor's own switch: take the vector ISAs /proc/cpuinfo lists instead of
@@ -45,6 +46,16 @@ NO_COMPILER = (
     "their -slim images), dnf install gcc-c++, apk add g++, or set CXX to a compiler's "
     "path. Nothing was compiled; torch.compile and compile_fx on the CPU fail the same way "
     "here.")
+LATE_OR_SHARED_FOLD = (
+    "results: with freezing, compile_fx and torch._inductor.compile fold a BatchNorm into "
+    "its conv wrongly on a module graph: after the conv's weights were captured (upstream "
+    "2.12.0 through 2.15.0), or into a conv that has another use (every release); "
+    "docs/results-fixes.md#am-i-affected")
+NO_HEADERS = (
+    "Inductor's CPU kernels include Python's C headers, and this Python has none ({header} "
+    "is missing).\nInstall them and run --verify again: apt-get install python{version}-dev "
+    "(Debian, Ubuntu), dnf install python3-devel, apk add python3-dev. Nothing was "
+    "compiled; torch.compile and compile_fx on the CPU fail the same way here.")
 
 
 def isolate(model: bool) -> Path:
@@ -55,6 +66,8 @@ def isolate(model: bool) -> Path:
     cache = Path(tempfile.mkdtemp(prefix=CACHE_PREFIX))
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
+    # Inductor's compile workers and the ISA probe are processes of their own.
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     sys.dont_write_bytecode = True
     if not model:
         os.environ.setdefault(*SKIP_ISA_PROBE)
@@ -62,12 +75,17 @@ def isolate(model: bool) -> Path:
 
 
 def compiler_problem() -> Optional[str]:
-    """Why Inductor's CPU backend cannot compile here, or None."""
+    """Why Inductor's CPU backend cannot compile here, or None: no C++
+    compiler, or no Python C headers (its kernels include Python.h)."""
     try:
         from torch._inductor.cpp_builder import get_cpp_compiler
         get_cpp_compiler()
     except Exception as problem:  # InvalidCxxCompiler, or a compiler that will not run
         return NO_COMPILER.format(why=f"{type(problem).__name__}: {problem}".strip())
+    header = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not header.is_file():
+        version = "%d.%d" % sys.version_info[:2]
+        return NO_HEADERS.format(header=header, version=version)
     return None
 
 
@@ -118,9 +136,22 @@ def advice(topic: str, status: Optional[Status], command: str) -> str:
     return f"{topic}: no series here applies as the files stand ({said}); see --status"
 
 
+def measured(spec: CellSpec) -> Cell:
+    """The cell, or one that says its measurement raised (traceback first)."""
+    from torch_backport.verify_cells import Cell
+
+    try:
+        return spec.run()
+    except Exception as problem:  # a compile that fails: reported, not a known defect
+        traceback.print_exc()
+        return Cell(spec.topic, spec.label, "a result", f"raised {type(problem).__name__}",
+                    False, f"{spec.label}: raised {type(problem).__name__}: {problem} (the "
+                    "traceback is above); not a defect this project knows", raised=True)
+
+
 def run_cells(chosen: List[Topic]) -> List[Cell]:
     """Measure and print each chosen topic's cells, as each is measured."""
-    from torch_backport.verify_cells import CELLS, Cell
+    from torch_backport.verify_cells import CELLS
 
     cells: List[Cell] = []
     print(f"{'cell':<62} {'expected':<22} {'actual':<18} verdict", flush=True)
@@ -128,24 +159,19 @@ def run_cells(chosen: List[Topic]) -> List[Cell]:
         if topic.name not in CELLS:
             print(f"({topic.name}: no cell here; its behaviour is a process's start-up, "
                   "test/dynamo/test_cpu_isa_probe.py)")
-        for measure in CELLS.get(topic.name, []):
-            try:
-                found = measure()
-            except Exception as problem:
-                traceback.print_exc()
-                name = getattr(measure, "__name__", "a cell")
-                found = [Cell(topic.name, name, "a result", f"raised {type(problem).__name__}",
-                              False, f"{name} raised {problem!r} (the traceback is above)")]
-            for cell in found if isinstance(found, list) else [found]:
-                verdict = "holds" if cell.holds else "DOES NOT HOLD"
-                print(f"{cell.label:<62} {cell.expected:<22} {cell.actual:<18} {verdict}",
-                      flush=True)
-                cells.append(cell)
+        for spec in CELLS.get(topic.name, []):
+            cell = measured(spec)
+            verdict = "holds" if cell.holds else "DOES NOT HOLD"
+            print(f"{cell.label:<62} {cell.expected:<22} {cell.actual:<18} {verdict}",
+                  flush=True)
+            cells.append(cell)
     return cells
 
 
 def verdict(cells: List[Cell], states: Dict[str, Optional[Status]], command: str,
             started: float) -> int:
+    """The closing lines: every defect shown, and what to do about each
+    topic whose cells show one (a cell that raised shows none)."""
     seconds = time.monotonic() - started
     if not cells:
         print(f"{command}: --verify has no cell for the topics named; run it without --topic "
@@ -158,9 +184,24 @@ def verdict(cells: List[Cell], states: Dict[str, Optional[Status]], command: str
     print(f"verify: {len(failed)} of {len(cells)} cells do not hold ({seconds:.0f} s):")
     for defect in dict.fromkeys(cell.defect for cell in failed):
         print(f"  {defect}")
-    for topic in dict.fromkeys(cell.topic for cell in failed):
+    for topic in dict.fromkeys(cell.topic for cell in failed if not cell.raised):
         print(f"  {advice(topic, states.get(topic), command)}")
     return 1
+
+
+def model_verdict(spec: str, work: Path, command: str) -> int:
+    """--model's table, then what its rows mean: a module-graph entry point
+    that is wrong is the results defect (the primary topic's to fix)."""
+    from torch_backport.verify_model import closing_lines, MODULE_GRAPH_ENTRY_POINTS, verify_model
+
+    words = verify_model(spec, work)
+    if any(words[label] == "WRONG" for label in MODULE_GRAPH_ENTRY_POINTS):
+        topic = primary_topic()
+        print(f"  {LATE_OR_SHARED_FOLD}")
+        print(f"  {advice(topic.name, topic_states([topic])[topic.name], command)}")
+    for line in closing_lines(words):
+        print(line)
+    return 1 if any(word in ("WRONG", "raised") for word in words.values()) else 0
 
 
 def run(order: Dict[str, Any]) -> int:
@@ -184,13 +225,7 @@ def run(order: Dict[str, Any]) -> int:
             print(problem, file=sys.stderr)
             return 1
         if model:
-            from torch_backport.verify_model import verify_model
-            mismatched = verify_model(model, cache)
-            if mismatched:  # the results fixes are the primary topic's
-                topic = primary_topic()
-                status = topic_states([topic])[topic.name]
-                print(f"  {advice(topic.name, status, order['command'])}")
-            return 1 if mismatched else 0
+            return model_verdict(model, cache, order["command"])
         return verdict(run_cells(chosen), states, order["command"], started)
     except (Refused, Failed) as problem:
         print(f"{order['command']}: {problem}", file=sys.stderr)

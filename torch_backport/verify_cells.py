@@ -9,16 +9,18 @@ to start from, and nothing here may fill the user's.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Callable, Dict, List, Tuple
+from math import inf
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import torch
 from torch import nn
 
 # What a result may differ from eager by, relative to the output's size (at
 # least 1). Folding a BatchNorm into a conv reorders the arithmetic: done
-# right, torchvision's resnets differ from eager by under 1e-5 of the output
-# in float32 (docs/results-fixes.md); done wrong, by 0.3 to 1 times it.
+# right, torchvision's resnets differ from eager by under 4e-5 of the output
+# in float32; done wrong, by half to ten times it (docs/results-fixes.md).
 RELATIVE_TOLERANCE = {torch.float64: 1e-3, torch.float32: 1e-3, torch.float16: 1e-2,
                       torch.bfloat16: 5e-2}
 PRE_GRAD = "pre-grad-pass-timing"
@@ -34,40 +36,67 @@ class Cell:
     actual: str
     holds: bool
     defect: str  # what a cell that does not hold tells about the install
+    raised: bool = False  # the measurement itself failed: no defect is known
+
+
+@dataclasses.dataclass(frozen=True)
+class CellSpec:
+    """A cell before it is measured: `measure` returns (expected, actual,
+    holds)."""
+    topic: str
+    label: str
+    defect: str
+    measure: Callable[[], Tuple[str, str, bool]]
+
+    def run(self) -> Cell:
+        return Cell(self.topic, self.label, *self.measure(), self.defect)
 
 
 def leaves(value: Any) -> List[Any]:
+    """The tensors and other values of a (nested) output, in order."""
     from torch.utils._pytree import tree_leaves
     return list(tree_leaves(value))
 
 
 def tolerance(expected: Any) -> float:
-    """RELATIVE_TOLERANCE of the outputs' dtype times max(1, max |output|);
-    0 for integer and boolean outputs."""
-    tensors = [leaf for leaf in leaves(expected) if isinstance(leaf, torch.Tensor)]
-    floating = [t for t in tensors if t.is_floating_point() and t.numel()]
+    """RELATIVE_TOLERANCE of the outputs' dtype times max(1, max |finite
+    output|); 0 for integer and boolean outputs."""
+    floating = [leaf.detach() for leaf in leaves(expected) if isinstance(leaf, torch.Tensor)
+                and (leaf.is_floating_point() or leaf.is_complex()) and leaf.numel()]
     if not floating:
         return 0.0
     relative = max(RELATIVE_TOLERANCE.get(t.dtype, 1e-3) for t in floating)
-    size = max(float(t.detach().abs().max()) for t in floating)
+    finite = [t.abs()[torch.isfinite(t)] for t in floating]
+    size = max((float(t.max()) for t in finite if t.numel()), default=0.0)
     return relative * max(1.0, size)
 
 
+def leaf_error(actual: Any, expected: Any) -> float:
+    """|actual - expected| at its largest; inf for another shape or type, a
+    value that is not equal, or a NaN or infinity eager does not have there."""
+    if not isinstance(expected, torch.Tensor) or not isinstance(actual, torch.Tensor):
+        try:
+            return 0.0 if type(actual) is type(expected) and bool(actual == expected) else inf
+        except Exception:  # an == that is not a truth value (arrays): not the same
+            return inf
+    if actual.shape != expected.shape:
+        return inf
+    if not expected.numel():
+        return 0.0
+    wide = torch.complex128 if expected.is_complex() or actual.is_complex() else torch.float64
+    got, want = actual.detach().to("cpu", wide), expected.detach().to("cpu", wide)
+    same = (got == want) | (torch.isnan(got) & torch.isnan(want))
+    difference = torch.where(same, torch.zeros_like(got), got - want).abs()
+    return float(difference.max()) if bool(torch.isfinite(difference).all()) else inf
+
+
 def max_abs_error(actual: Any, expected: Any) -> float:
-    """The largest |actual - expected| over every output; inf where the
-    outputs differ in number, shape or a non-tensor value."""
+    """The largest leaf_error over every output; inf where the outputs
+    differ in number."""
     got, want = leaves(actual), leaves(expected)
     if len(got) != len(want):
-        return float("inf")
-    worst = 0.0
-    for a, e in zip(got, want):
-        if not isinstance(e, torch.Tensor):
-            worst = max(worst, 0.0 if a == e else float("inf"))
-        elif not isinstance(a, torch.Tensor) or a.shape != e.shape:
-            return float("inf")
-        elif e.numel():
-            worst = max(worst, float((a.detach().double() - e.detach().double()).abs().max()))
-    return worst
+        return inf
+    return max((leaf_error(a, e) for a, e in zip(got, want)), default=0.0)
 
 
 def set_batchnorms_far_from_identity(model: nn.Module) -> nn.Module:
@@ -125,58 +154,45 @@ def compiled_with_freezing(entry: str, model: nn.Module, inputs: Tuple[torch.Ten
         return compile_graph(torch.fx.symbolic_trace(model), list(inputs))(*inputs)
 
 
-def against_eager(label: str, entry: str, model: nn.Module, inputs: Tuple[torch.Tensor, ...],
-                  defect: str) -> Cell:
-    torch.manual_seed(0)
+def against_eager(entry: str, model: nn.Module,
+                  inputs: Tuple[torch.Tensor, ...]) -> Tuple[str, str, bool]:
     with torch.no_grad():
         expected = model(*inputs)
     error = max_abs_error(compiled_with_freezing(entry, model, inputs), expected)
     allowed = tolerance(expected)
-    return Cell(PRE_GRAD, label, f"eager, within {allowed:.0e}", f"off by {error:.3g}",
-                error <= allowed, defect)
+    return f"eager, within {allowed:.0e}", f"off by {error:.3g}", error <= allowed
 
 
-LATE_FOLD = ("results: with freezing, the late pre-grad passes fold each BatchNorm into "
-             "its conv after the conv's weights were captured, so compile_fx and "
-             "torch._inductor.compile on a module graph return wrong numbers (upstream "
-             "2.12.0 through 2.15.0; docs/results-fixes.md)")
-SHARED_FOLD = ("results: fuse_conv_bn folds a BatchNorm into a conv module that has "
-               "another use too, which then gets the BatchNorm as well (every upstream "
-               "release; docs/results-fixes.md)")
-
-
-def conv_bn_cells() -> List[Cell]:
+def conv_bn(entry: str) -> Tuple[str, str, bool]:
     torch.manual_seed(0)
-    model = set_batchnorms_far_from_identity(ConvBN())
-    return [against_eager(f"conv->BN, freezing, {entry}(symbolic_trace(m))", entry, model,
-                          images(1), LATE_FOLD)
-            for entry in ("compile_fx", "torch._inductor.compile")]
+    return against_eager(entry, set_batchnorms_far_from_identity(ConvBN()), images(1))
 
 
-def shared_conv_cell() -> Cell:
+def shared_conv() -> Tuple[str, str, bool]:
     torch.manual_seed(0)
-    model = set_batchnorms_far_from_identity(SharedConv())
-    return against_eager("shared conv, freezing, compile_fx(symbolic_trace(m))", "compile_fx",
-                         model, images(2), SHARED_FOLD)
+    return against_eager("compile_fx", set_batchnorms_far_from_identity(SharedConv()),
+                         images(2))
 
 
-def caches_on() -> Any:
+@contextlib.contextmanager
+def caches_on() -> Iterator[None]:
     """The FX graph cache and the AOTAutogradCache on, locally only (a
-    remote cache the environment names would answer for another process)."""
-    import contextlib
-
+    remote cache the environment names would answer for another process),
+    whatever TORCHINDUCTOR_* variables the user's environment sets."""
     from torch._functorch import config as functorch_config
     from torch._inductor import config
 
-    stack = contextlib.ExitStack()
-    stack.enter_context(functorch_config.patch(enable_autograd_cache=True))
-    stack.enter_context(config.patch(fx_graph_cache=True, fx_graph_remote_cache=False))
+    inductor = {"fx_graph_cache": True, "fx_graph_remote_cache": False, "freezing": False}
+    if hasattr(config, "force_disable_caches"):
+        inductor["force_disable_caches"] = False
+    functorch = {"enable_autograd_cache": True}
     if hasattr(functorch_config, "enable_remote_autograd_cache"):
-        stack.enter_context(functorch_config.patch(enable_remote_autograd_cache=False))
-    return stack
+        functorch["enable_remote_autograd_cache"] = False
+    with config.patch(inductor), functorch_config.patch(functorch):
+        yield
 
 
-def warm_hit_cell() -> Cell:
+def warm_hit() -> Tuple[str, str, bool]:
     """A second compile of the same module after torch._dynamo.reset() and
     clearing the in-memory caches: it must hit the AOTAutogradCache and run
     no pre-grad pass (counted by wrapping Inductor's run_pre_grad_passes)."""
@@ -204,11 +220,7 @@ def warm_hit_cell() -> Cell:
         finally:
             compile_fx.run_pre_grad_passes = real
     hits = counters["aot_autograd"]["autograd_cache_hit"]
-    return Cell(PRE_GRAD, "warm compile: AOTAutogradCache hit, pre-grad passes run",
-                "hit 1, passes 0", f"hit {hits}, passes {calls[0]}",
-                hits == 1 and calls[0] == 0,
-                "feature: a warm compile that hits the AOTAutogradCache still runs every "
-                "pre-grad pass (torch before 2.12: no pre_grad_pass_timing)")
+    return "hit 1, passes 0", f"hit {hits}, passes {calls[0]}", hits == 1 and calls[0] == 0
 
 
 def region_without_dtype(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -220,39 +232,75 @@ def matmul_relu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a @ b).relu()
 
 
-def autocast_cells() -> List[Cell]:
-    """float16 compiles after bfloat16 ones of the same function, on a warm
-    cache: an autocast region naming no dtype (it takes the ambient one), and
-    a region at the call site. Each must come back float16."""
+def operands() -> Tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(32, 32, generator=generator) for _ in range(2))
-    got: Dict[str, torch.dtype] = {}
+    return (torch.randn(32, 32, generator=generator),
+            torch.randn(32, 32, generator=generator))
+
+
+def float16_after_bfloat16(dtype: torch.dtype) -> Tuple[str, str, bool]:
+    name = str(dtype).replace("torch.", "")
+    return "float16", name, dtype == torch.float16
+
+
+def autocast_region() -> Tuple[str, str, bool]:
+    """A region that names no dtype takes the ambient one: compiled under
+    bfloat16, then float16, on a warm cache."""
+    a, b = operands()
     ambient = torch.get_autocast_dtype("cpu")
     with caches_on():
         try:
             for dtype in (torch.bfloat16, torch.float16):
                 torch.set_autocast_dtype("cpu", dtype)
                 torch._dynamo.reset()
-                got["region"] = torch.compile(region_without_dtype)(a, b).dtype
+                got = torch.compile(region_without_dtype)(a, b).dtype
         finally:
             torch.set_autocast_dtype("cpu", ambient)
+    return float16_after_bfloat16(got)
+
+
+def autocast_call_site() -> Tuple[str, str, bool]:
+    """An autocast-free function called inside autocast(bfloat16), then
+    autocast(float16), on a warm cache."""
+    a, b = operands()
+    with caches_on():
         for dtype in (torch.bfloat16, torch.float16):
             torch._dynamo.reset()
             with torch.autocast("cpu", dtype=dtype):
-                got["call site"] = torch.compile(matmul_relu)(a, b).dtype
-    stale = ("autocast: a graph compiled under bfloat16 is served from the AOTAutogradCache "
-             "to a float16 compile ({}); docs/results-fixes.md#autocast-and-the-aotautogradcache")
-    return [Cell(AUTOCAST, f"autocast {form}: float16 compile after bfloat16", "float16",
-                 str(dtype).replace("torch.", ""), dtype == torch.float16, stale.format(why))
-            for form, dtype, why in (
-                ("region without dtype", got["region"], "a region that names no dtype "
-                 "takes the ambient one, which upstream does not key: cf. pytorch#191110"),
-                ("at the call site", got["call site"], "the ambient autocast dtype is keyed "
-                 "from 2.13: pytorch#181564"))]
+                got = torch.compile(matmul_relu)(a, b).dtype
+    return float16_after_bfloat16(got)
 
 
-# topic -> the functions that measure its cells, in the order printed.
-CELLS: Dict[str, List[Callable[[], Any]]] = {
-    PRE_GRAD: [conv_bn_cells, shared_conv_cell, warm_hit_cell],
-    AUTOCAST: [autocast_cells],
+LATE_FOLD = ("results: with freezing, the late pre-grad passes fold each BatchNorm into "
+             "its conv after the conv's weights were captured, so compile_fx and "
+             "torch._inductor.compile on a module graph return wrong numbers (upstream "
+             "2.12.0 through 2.15.0; docs/results-fixes.md)")
+SHARED_FOLD = ("results: fuse_conv_bn folds a BatchNorm into a conv module that has "
+               "another use too, which then gets the BatchNorm as well (every upstream "
+               "release; docs/results-fixes.md)")
+STALE_AUTOCAST = ("autocast: a graph compiled under bfloat16 is served from the "
+                  "AOTAutogradCache to a float16 compile ({}); "
+                  "docs/results-fixes.md#autocast-and-the-aotautogradcache")
+# topic -> its cells, in the order printed.
+CELLS: Dict[str, List[CellSpec]] = {
+    PRE_GRAD: [
+        CellSpec(PRE_GRAD, "conv->BN, freezing, compile_fx(symbolic_trace(m))", LATE_FOLD,
+                 lambda: conv_bn("compile_fx")),
+        CellSpec(PRE_GRAD, "conv->BN, freezing, torch._inductor.compile(symbolic_trace(m))",
+                 LATE_FOLD, lambda: conv_bn("torch._inductor.compile")),
+        CellSpec(PRE_GRAD, "shared conv, freezing, compile_fx(symbolic_trace(m))", SHARED_FOLD,
+                 shared_conv),
+        CellSpec(PRE_GRAD, "warm compile: AOTAutogradCache hit, pre-grad passes run",
+                 "feature: a warm compile that hits the AOTAutogradCache still runs every "
+                 "pre-grad pass (torch before 2.12: no pre_grad_pass_timing)", warm_hit),
+    ],
+    AUTOCAST: [
+        CellSpec(AUTOCAST, "autocast region without dtype: float16 compile after bfloat16",
+                 STALE_AUTOCAST.format("a region that names no dtype takes the ambient one, "
+                                       "which upstream does not key: cf. pytorch#191110"),
+                 autocast_region),
+        CellSpec(AUTOCAST, "autocast at the call site: float16 compile after bfloat16",
+                 STALE_AUTOCAST.format("the ambient autocast dtype is keyed from 2.13: "
+                                       "pytorch#181564"), autocast_call_site),
+    ],
 }

@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
@@ -70,9 +70,12 @@ def via_torch_compile(model: torch.nn.Module, inputs: Tuple[Any, ...], work: Pat
 
 
 Entry = Callable[[torch.nn.Module, Tuple[Any, ...], Path], Any]
+# The entry points that take a module graph: the ones the late fold gets wrong.
+MODULE_GRAPH_ENTRY_POINTS = ("compile_fx(torch.fx.symbolic_trace(m))",
+                             "torch._inductor.compile(torch.fx.symbolic_trace(m))")
 ENTRY_POINTS: List[Tuple[str, Entry]] = [
-    ("compile_fx(torch.fx.symbolic_trace(m))", via_compile_fx),
-    ("torch._inductor.compile(torch.fx.symbolic_trace(m))", via_inductor_compile),
+    (MODULE_GRAPH_ENTRY_POINTS[0], via_compile_fx),
+    (MODULE_GRAPH_ENTRY_POINTS[1], via_inductor_compile),
     ("compile_fx(torch.export.export(m).module())", via_export_compile_fx),
     ("AOTInductor: aoti_compile_and_package(export(m))", via_aot_inductor),
     ("torch.compile(m)", via_torch_compile),
@@ -117,7 +120,7 @@ def import_module(spec: str) -> Any:
     return module
 
 
-def made(spec: str) -> Tuple[torch.nn.Module, Tuple[Any, ...]]:
+def model_and_inputs(spec: str) -> Tuple[torch.nn.Module, Tuple[Any, ...]]:
     """(model in eval mode, example inputs as a tuple) from MODULE:FACTORY."""
     module_name, _, name = spec.rpartition(":")
     module = users_code(spec, f"importing {module_name}", lambda: import_module(spec))
@@ -131,6 +134,9 @@ def made(spec: str) -> Tuple[torch.nn.Module, Tuple[Any, ...]]:
                      "torch.nn.Module and a tuple of inputs; it returned "
                      f"{type(result).__name__}")
     model, inputs = result
+    if isinstance(inputs, dict):
+        raise Failed(f"--model {spec}: example_inputs is a dict; give the inputs as a tuple "
+                     "of positional arguments (keyword inputs are not supported)")
     if not isinstance(inputs, tuple):
         inputs = tuple(inputs) if isinstance(inputs, list) else (inputs,)
     if model.training:
@@ -149,23 +155,23 @@ def describe(inputs: Tuple[Any, ...], expected: Any) -> str:
             f"{', '.join(shape(v) for v in leaves(expected))}")
 
 
-def row(label: str, entry: Entry, model: torch.nn.Module, inputs: Tuple[Any, ...],
-        expected: Any, allowed: float, work: Path) -> str:
-    """Run one entry point on a copy of the model; its verdict word."""
+def run_entry_point(label: str, entry: Entry, model: torch.nn.Module,
+                    inputs: Tuple[Any, ...], expected: Any, allowed: float, work: Path) -> str:
+    """Run one entry point on `model` (a copy); print its row; its verdict word."""
     from torch._inductor import config
 
     started = time.monotonic()
     torch._dynamo.reset()
     try:
         with torch.no_grad(), config.patch(freezing=True):
-            error = max_abs_error(entry(copy.deepcopy(model), inputs, work), expected)
+            error = max_abs_error(entry(model, inputs, work), expected)
     except CannotGoThrough as why:
-        print(f"{label:<52} {'-':<14} not applicable: {why}"[:250], flush=True)
+        print(f"{label:<52} {'-':<14} not applicable: {one_line(str(why))}", flush=True)
         return "not applicable"
-    except Exception as problem:
+    except Exception as problem:  # Inductor's own failure: the row says so, traceback first
         traceback.print_exc()
-        print(f"{label:<52} {'-':<14} RAISED {type(problem).__name__}: {problem}"[:350],
-              flush=True)
+        print(f"{label:<52} {'-':<14} RAISED {type(problem).__name__}: "
+              f"{one_line(str(problem))}", flush=True)
         return "raised"
     word = "right" if error <= allowed else "WRONG"
     print(f"{label:<52} {error:<14.3g} {word} ({time.monotonic() - started:.0f} s)",
@@ -173,19 +179,60 @@ def row(label: str, entry: Entry, model: torch.nn.Module, inputs: Tuple[Any, ...
     return word
 
 
-def verify_model(spec: str, work: Path) -> bool:
-    """Print the table; True if an entry point is wrong or raised."""
-    model, inputs = made(spec)
-    with torch.no_grad():
-        expected = model(*inputs)
+def one_line(text: str, width: int = 160) -> str:
+    """A message's first line, cut to fit a table row (tracebacks and
+    export's explanations run to pages; stderr has the whole of them)."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if len(first) <= width else first[:width - 3] + "..."
+
+
+def copies(model: torch.nn.Module) -> Callable[[], torch.nn.Module]:
+    """A fresh deep copy of the model for each entry point (a compile may
+    rewrite the modules it is given), or the model itself where it cannot be
+    copied, said once."""
+    try:
+        copy.deepcopy(model)
+    except Exception as problem:
+        print(f"note: the model cannot be deep-copied ({type(problem).__name__}: "
+              f"{one_line(str(problem))}); each entry point gets the model itself")
+        return lambda: model
+    return lambda: copy.deepcopy(model)
+
+
+def verify_model(spec: str, work: Path) -> Dict[str, str]:
+    """Print the table; each entry point's verdict word."""
+    model, inputs = model_and_inputs(spec)
+
+    def eager() -> Any:
+        with torch.no_grad():
+            return model(*inputs)
+
+    expected = users_code(spec, "running the model eagerly on the example inputs", eager)
     allowed = tolerance(expected)
     print(f"model {type(model).__name__} from {spec}: {describe(inputs, expected)}")
     print(f"tolerance {allowed:.3g}: max(1, max |eager output|) times 1e-3 for float32 "
           "(1e-2 float16, 5e-2 bfloat16; docs/results-fixes.md#am-i-affected)")
     print(f"{'entry point (no_grad, freezing)':<52} {'max abs error':<14} verdict", flush=True)
-    words = [row(label, entry, model, inputs, expected, allowed, work)
-             for label, entry in ENTRY_POINTS]
-    wrong, raised = words.count("WRONG"), words.count("raised")
-    print(f"verify --model: {words.count('right')} right, {wrong} wrong, {raised} raised, "
-          f"{words.count('not applicable')} not applicable")
-    return bool(wrong or raised)
+    fresh = copies(model)
+    words = {label: run_entry_point(label, entry, fresh(), inputs, expected, allowed, work)
+             for label, entry in ENTRY_POINTS}
+    counts = [f"{list(words.values()).count(word)} {word.lower()}"
+              for word in ("right", "WRONG", "raised", "not applicable")]
+    print(f"verify --model: {', '.join(counts)}")
+    return words
+
+
+def closing_lines(words: Dict[str, str]) -> List[str]:
+    """What the rows that are not right mean (the results defect's advice
+    is verify.py's: it knows the install)."""
+    lines = []
+    others = [label for label, word in words.items()
+              if word == "WRONG" and label not in MODULE_GRAPH_ENTRY_POINTS]
+    raised = [label for label, word in words.items() if word == "raised"]
+    if others:
+        lines.append(f"  wrong through {', '.join(others)}: not the defect the series fix "
+                     "(these paths lift the parameters); worth a report to PyTorch")
+    if raised:
+        lines.append(f"  raised: {', '.join(raised)} (tracebacks above): not a defect this "
+                     "project knows")
+    return lines

@@ -370,12 +370,11 @@ def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
                 return backport_usage_error(
                     "--overlay needs --out DIR here: its default, overlay/ beside apply.sh,"
                     f"\nwould be inside site-packages ({PACKAGE})")
-        return execute(request, "scripts/apply.sh" if default_python is None
-                       else "torch-backport apply")
+        return execute(request, invoked_as(default_python))
     # The installed command names itself: it has no scripts/apply.sh.
     except UsageError as problem:
-        help_command = "scripts/apply.sh" if default_python is None else "torch-backport apply"
-        print(f"{command_name(default_python)}: {problem}\n(see {help_command} --help)",
+        print(f"{command_name(default_python)}: {problem}\n(see {invoked_as(default_python)} "
+              "--help)",
               file=sys.stderr)
         return 2
     except Failed as problem:
@@ -384,7 +383,13 @@ def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
 
 
 def command_name(default_python: Optional[str]) -> str:
+    """How messages name this command."""
     return "apply.sh" if default_python is None else "torch-backport apply"
+
+
+def invoked_as(default_python: Optional[str]) -> str:
+    """The command as a user types it again (--help, --verify's advice)."""
+    return "scripts/apply.sh" if default_python is None else "torch-backport apply"
 
 
 def backport_usage_error(message: str) -> int:

@@ -46,11 +46,6 @@ NO_COMPILER = (
     "their -slim images), dnf install gcc-c++, apk add g++, or set CXX to a compiler's "
     "path. Nothing was compiled; torch.compile and compile_fx on the CPU fail the same way "
     "here.")
-LATE_OR_SHARED_FOLD = (
-    "results: with freezing, compile_fx and torch._inductor.compile fold a BatchNorm into "
-    "its conv wrongly on a module graph: after the conv's weights were captured (upstream "
-    "2.12.0 through 2.15.0), or into a conv that has another use (every release); "
-    "docs/results-fixes.md#am-i-affected")
 NO_HEADERS = (
     "Inductor's CPU kernels include Python's C headers, and this Python has none ({header} "
     "is missing).\nInstall them and run --verify again: apt-get install python{version}-dev "
@@ -59,16 +54,15 @@ NO_HEADERS = (
 
 
 def isolate(model: bool) -> Path:
-    """A fresh Inductor (and Triton) cache for this process, and no bytecode
-    written: set before torch is imported, which reads them once."""
+    """A fresh Inductor (and Triton) cache for this process, set before
+    torch is imported, which reads them once. (No bytecode is written:
+    cli.execute set PYTHONDONTWRITEBYTECODE before this process started, so
+    that it holds for this package's own imports and every child too.)"""
     if "torch" in sys.modules:
         raise Failed("--verify must start before torch is imported (an internal error)")
     cache = Path(tempfile.mkdtemp(prefix=CACHE_PREFIX))
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
-    # Inductor's compile workers and the ISA probe are processes of their own.
-    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
-    sys.dont_write_bytecode = True
     if not model:
         os.environ.setdefault(*SKIP_ISA_PROBE)
     return cache
@@ -189,16 +183,18 @@ def verdict(cells: List[Cell], states: Dict[str, Optional[Status]], command: str
     return 1
 
 
-def model_verdict(spec: str, work: Path, command: str) -> int:
+def model_verdict(spec: str, work: Path, states: Dict[str, Optional[Status]],
+                  command: str) -> int:
     """--model's table, then what its rows mean: a module-graph entry point
     that is wrong is the results defect (the primary topic's to fix)."""
+    from torch_backport.verify_cells import MODULE_GRAPH_FOLD
     from torch_backport.verify_model import closing_lines, MODULE_GRAPH_ENTRY_POINTS, verify_model
 
     words = verify_model(spec, work)
     if any(words[label] == "WRONG" for label in MODULE_GRAPH_ENTRY_POINTS):
-        topic = primary_topic()
-        print(f"  {LATE_OR_SHARED_FOLD}")
-        print(f"  {advice(topic.name, topic_states([topic])[topic.name], command)}")
+        topic = primary_topic().name
+        print(f"  {MODULE_GRAPH_FOLD}")
+        print(f"  {advice(topic, states.get(topic), command)}")
     for line in closing_lines(words):
         print(line)
     return 1 if any(word in ("WRONG", "raised") for word in words.values()) else 0
@@ -225,7 +221,7 @@ def run(order: Dict[str, Any]) -> int:
             print(problem, file=sys.stderr)
             return 1
         if model:
-            return model_verdict(model, cache, order["command"])
+            return model_verdict(model, cache, states, order["command"])
         return verdict(run_cells(chosen), states, order["command"], started)
     except (Refused, Failed) as problem:
         print(f"{order['command']}: {problem}", file=sys.stderr)

@@ -278,6 +278,12 @@ LATE_FOLD = ("results: with freezing, the late pre-grad passes fold each BatchNo
 SHARED_FOLD = ("results: fuse_conv_bn folds a BatchNorm into a conv module that has "
                "another use too, which then gets the BatchNorm as well (every upstream "
                "release; docs/results-fixes.md)")
+# What a wrong module-graph row of --model means: either fold.
+MODULE_GRAPH_FOLD = (
+    "results: with freezing, compile_fx and torch._inductor.compile fold a BatchNorm into "
+    "its conv wrongly on a module graph: after the conv's weights were captured (upstream "
+    "2.12.0 through 2.15.0), or into a conv that has another use (every release); "
+    "docs/results-fixes.md#am-i-affected")
 STALE_AUTOCAST = ("autocast: a graph compiled under bfloat16 is served from the "
                   "AOTAutogradCache to a float16 compile ({}); "
                   "docs/results-fixes.md#autocast-and-the-aotautogradcache")

@@ -2,55 +2,41 @@
 `zipfile` over it reads a wheel's central directory and the members asked
 for, a few MB of a 900 MB torch wheel.
 
-Why not `remotezip` or `httpx`: the command runs under any python3 the user
-has (scripts/apply.sh needs nothing installed), and this is the standard
-library's `urllib` plus one `io.RawIOBase` whose reads become Range
-requests, fetched in blocks and kept, so `zipfile`'s small reads cost a
-handful of requests. A server that answers a Range request with the whole
-file (200) raises `NoRanges` before the body is read."""
+Requests go through transport.py (credentials by origin, redirects, pip's
+TLS and proxy settings, a deadline per request). Reads are fetched in
+blocks and kept, so `zipfile`'s small reads cost a handful of requests.
+What one RangedFile may fetch in all is capped (`budget`): a zip whose end
+record claims a central directory of hundreds of MB is refused before it is
+fetched. A server that answers a Range request with the whole file (200),
+or with other bytes than were asked for, raises `NoRanges` without its body
+being read past the range."""
 
 from __future__ import annotations
 
-import base64
 import io
-import netrc
 import re
-import urllib.parse
-import urllib.request
 from typing import Dict, Optional, Tuple
 
+from torch_backport.pip_config import shown_url
+from torch_backport.transport import Transport, TransportError
+
 BLOCK = 256 * 1024
-TIMEOUT = 60
+BUDGET = 64 * 1024 * 1024  # one release's few files; torch's directory is ~2 MB
 CONTENT_RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 
 
 class NoRanges(Exception):
-    """The server does not answer byte-range requests: the message says how."""
-
-
-def authorization(url: str, login: Optional[Tuple[str, str]]) -> Dict[str, str]:
-    """Basic credentials for `url`'s host: `login` (from pip's configured
-    index URL), else ~/.netrc's entry, else none."""
-    host = urllib.parse.urlsplit(url).hostname or ""
-    if login is None:
-        try:
-            entry = netrc.netrc().authenticators(host)
-        except (OSError, netrc.NetrcParseError):
-            entry = None
-        login = (entry[0], entry[2] or "") if entry and entry[0] else None
-    if login is None:
-        return {}
-    token = base64.b64encode(f"{login[0]}:{login[1]}".encode()).decode()
-    return {"Authorization": f"Basic {token}"}
+    """The file cannot be read by range from this server: the message says why."""
 
 
 class RangedFile(io.RawIOBase):
     """`url`'s bytes; each read past what is kept fetches whole BLOCKs."""
 
-    def __init__(self, url: str, login: Optional[Tuple[str, str]] = None) -> None:
+    def __init__(self, url: str, transport: Transport, budget: int = BUDGET) -> None:
         super().__init__()
         self.url = url
-        self.headers = authorization(url, login)
+        self.transport = transport
+        self.budget = budget
         self.position = 0
         self.blocks: Dict[int, bytes] = {}
         self.transferred = 0
@@ -60,17 +46,22 @@ class RangedFile(io.RawIOBase):
         self._keep_tail(tail)
 
     def _fetch(self, start: Optional[int], length: int) -> Tuple[bytes, int]:
+        where = shown_url(self.url)
+        if self.transferred + length > self.budget:
+            raise NoRanges(f"{where}: reading it would take more than "
+                           f"{self.budget // (1024 * 1024)} MB by range; refused")
         spec = f"bytes=-{length}" if start is None else f"bytes={start}-{start + length - 1}"
-        host = urllib.parse.urlsplit(self.url).hostname
-        request = urllib.request.Request(self.url, headers={**self.headers, "Range": spec})
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
-            if response.status != 206:
-                raise NoRanges(f"{host} answered a byte-range request with "
-                               f"HTTP {response.status} (no ranges)")
-            found = CONTENT_RANGE_RE.fullmatch(response.headers.get("Content-Range", ""))
-            if found is None:
-                raise NoRanges(f"{host} sent no usable Content-Range")
-            data = response.read()
+        try:
+            reply = self.transport.get(self.url, length, {"Range": spec}, wanted=206)
+        except TransportError as problem:
+            raise NoRanges(str(problem)) from None
+        if reply.status != 206:
+            raise NoRanges(f"{where} answered a byte-range request with "
+                           f"HTTP {reply.status} (no ranges)")
+        found = CONTENT_RANGE_RE.fullmatch(reply.headers.get("Content-Range", ""))
+        if found is None:
+            raise NoRanges(f"{where} sent no usable Content-Range")
+        data = reply.body
         self.requests += 1
         self.transferred += len(data)
         first, last, size = (int(part) for part in found.groups())
@@ -79,7 +70,7 @@ class RangedFile(io.RawIOBase):
         if (first, last) != (asked, asked_last) or len(data) != last - first + 1:
             # A server that sends less than asked (or elsewhere) would leave
             # a read that never ends: the whole wheel instead.
-            raise NoRanges(f"{host} answered bytes {first}-{last} for {spec}")
+            raise NoRanges(f"{where} answered bytes {first}-{last} for {spec}")
         return data, size
 
     def _keep_tail(self, tail: bytes) -> None:
@@ -133,7 +124,7 @@ class RangedFile(io.RawIOBase):
             offset = at - (at // BLOCK) * BLOCK
             piece = block[offset:offset + (end - at)]
             if not piece:
-                raise NoRanges(f"{self.url}: no bytes at {at} of {self.size}")
+                raise NoRanges(f"{shown_url(self.url)}: no bytes at {at} of {self.size}")
             out += piece
             at += len(piece)
         buffer[:len(out)] = out

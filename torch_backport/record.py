@@ -70,6 +70,13 @@ def of_wheel(wheel: zipfile.ZipFile, project: str = "torch") -> Dict[str, str]:
     return of_dist(metadata.PathDistribution(zipfile.Path(wheel, dist_info)))
 
 
+def sizes_of_wheel(wheel: zipfile.ZipFile, project: str = "torch") -> Dict[str, int]:
+    """path -> size in bytes, for every RECORD entry of a wheel that gives one."""
+    dist_info = dist_info_of(wheel.namelist(), project)
+    dist = metadata.PathDistribution(zipfile.Path(wheel, dist_info))
+    return {entry.as_posix(): entry.size for entry in dist.files or [] if entry.size is not None}
+
+
 def mismatches(files: Mapping[str, bytes], record: Mapping[str, str]) -> List[str]:
     """The paths of `files` whose bytes are not what `record` says."""
     return sorted(rel for rel, data in files.items() if digest(data) != record.get(rel))

@@ -3,41 +3,39 @@
 where this machine is just one target.
 
 `release_files` reads a few files of a release (new-base, --overlay,
-identification by version, the harness's new-release notice): pip names the
-wheel's URL from the configured index (`pip install --dry-run --report`:
-pip's own index-url, extra-index-url, find-links and credentials, so a
-company mirror is honoured), then only the zip's directory and those
-members are fetched by byte range (ranged.py) and checked against the
-wheel's own RECORD. A cached wheel is read from disk; an index without
-ranges, or a URL pip would not name, falls back to downloading the whole
-wheel, and says so. `release_wheel` is that whole wheel (`--wheel` builds
+identification by version, the harness's new-release notice): the wheel's
+URL is chosen from the simple API of pip's configured indexes and
+find-links (simple_index.py, with pip's credentials, TLS and proxy
+settings: a company mirror is honoured, and no wheel is downloaded to name
+one), then only the zip's directory and those members are fetched by byte
+range (ranged.py), each capped at its RECORD size and checked against the
+wheel's own RECORD. A cached wheel is read from disk; an index whose simple
+API cannot be read, or without ranges, falls back to downloading the whole
+wheel with pip, and says why. `release_wheel` is that whole wheel (`--wheel` builds
 from it), downloaded once with `pip download`."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import http.client
 import io
-import json
-import os
-import re
 import subprocess
 import sys
 import sysconfig
-import tempfile
-import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from torch_backport import record
+from torch_backport import pip_config, record, transport
 from torch_backport.errors import Refused
+from torch_backport.pip_config import pip_environment, shown_url
 from torch_backport.ranged import NoRanges, RangedFile
+from torch_backport.simple_index import find_wheel, platform_accepts
 
 MB = 1024 * 1024
+MEMBER_CAP = 64 * MB  # a member RECORD lists without a size
 # The host target's folder name (pip picks its wheel tag itself).
 HOST_PLATFORM = sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
@@ -79,25 +77,6 @@ class ReleaseFiles:
     transferred: int = 0
 
 
-def platform_accepts(wanted: str, have: str) -> bool:
-    """Whether a wheel tagged `have` installs where pip's --platform is
-    `wanted`: the same tag, or an older manylinux or macOS of the same
-    architecture (pip takes those too)."""
-    def parts(tag: str) -> Optional[Tuple[str, Tuple[int, int], str]]:
-        legacy = {"manylinux2014": (2, 17), "manylinux2010": (2, 12), "manylinux1": (2, 5)}
-        for name, floor in legacy.items():
-            if tag.startswith(name + "_"):
-                return "manylinux", floor, tag[len(name) + 1:]
-        found = re.fullmatch(r"(manylinux|macosx)_(\d+)_(\d+)_(.+)", tag)
-        return (found[1], (int(found[2]), int(found[3])), found[4]) if found else None
-
-    if wanted == have:
-        return True
-    mine, theirs = parts(wanted), parts(have)
-    return (mine is not None and theirs is not None and mine[0] == theirs[0]
-            and mine[2] == theirs[2] and theirs[1] <= mine[1])
-
-
 def host_accepts(have: str) -> bool:
     """Whether this machine's pip would install a wheel of platform `have`."""
     try:
@@ -127,47 +106,14 @@ def cached(version: str, target: Target, cache: Path) -> Optional[Path]:
     return None
 
 
-def pip_environment() -> Dict[str, str]:
-    # A version is pinned exactly here, so a cap in pip's configuration (a
-    # build machine's torch<=X) would only refuse a release it cannot
-    # choose. An empty PIP_CONSTRAINT would be ignored by pip: /dev/null.
-    return dict(os.environ, PIP_CONSTRAINT=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
-
-
-@functools.lru_cache(maxsize=None)
 def locate(version: str, target: Target) -> Tuple[Optional[str], str]:
     """The URL of torch `version`'s wheel for `target` on pip's configured
-    index, without downloading it (None, and why, if pip names none)."""
-    with tempfile.TemporaryDirectory(prefix="pregrad-locate-") as tmp:
-        report = Path(tmp) / "report.json"
-        asked = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--no-deps",
-             "--ignore-installed", "--target", str(Path(tmp) / "target"),
-             "--report", str(report), *target.pip_options(), f"torch=={version}"],
-            capture_output=True, text=True, env=pip_environment())
-        if asked.returncode != 0 or not report.is_file():
-            said = (asked.stderr.strip().splitlines() or ["no output"])[-1]
-            return None, f"pip could not name the wheel: {said}"
-        installs = json.loads(report.read_text()).get("install", [])
-    url = installs[0].get("download_info", {}).get("url") if installs else None
-    return (str(url), "") if url else (None, "pip's report names no wheel")
-
-
-def index_credentials() -> Dict[str, Tuple[str, str]]:
-    """host -> (user, password) from pip's configured index URLs: pip's
-    report leaves them out of the wheel's URL. ~/.netrc is read by
-    ranged.py; a keyring is not (pip's whole download then, said)."""
-    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
-                            capture_output=True, text=True, env=pip_environment())
-    urls = re.findall(r"(?:index-url|extra-index-url)='([^']*)'", listed.stdout)
-    urls += [os.environ.get("PIP_INDEX_URL", ""), os.environ.get("PIP_EXTRA_INDEX_URL", "")]
-    found: Dict[str, Tuple[str, str]] = {}
-    for url in " ".join(urls).split():
-        parts = urllib.parse.urlsplit(url)
-        if parts.username and parts.hostname:
-            found[parts.hostname] = (urllib.parse.unquote(parts.username),
-                                     urllib.parse.unquote(parts.password or ""))
-    return found
+    indexes and find-links, read from their simple API (no wheel is
+    downloaded), or None and why."""
+    transport.require()
+    chosen, why = find_wheel(version, target.python, target.platform, pip_config.load(),
+                             transport.shared())
+    return (chosen.url, "") if chosen is not None else (None, why)
 
 
 def release_wheel(version: str, target: Target, cache: Path,
@@ -201,20 +147,59 @@ def required_wheel(version: str, target: Target, cache: Path) -> Path:
 
 
 def members(wheel: zipfile.ZipFile, paths: Sequence[str], where: str) -> Dict[str, bytes]:
-    """The members of `wheel` that `paths` names, checked against its RECORD."""
+    """The members of `wheel` that `paths` names, checked against its RECORD.
+    A path RECORD does not list is not in this release; one it lists that
+    the zip lacks, or whose size in the zip is not RECORD's, is refused
+    before a byte of it is read, and what is inflated stops at RECORD's
+    size (zipfile stops at the directory's size, which must be RECORD's)."""
     names = set(wheel.namelist())
-    files = {rel: wheel.read(rel) for rel in paths if rel in names}
-    record.verify(files, record.of_wheel(wheel), where)
+    own_record = wheel.getinfo(record.dist_info_of(wheel.namelist()) + "RECORD")
+    if own_record.file_size > MEMBER_CAP:
+        raise UnreadableMember(f"{where}: its RECORD claims {own_record.file_size} bytes; refused")
+    listed = record.of_wheel(wheel)
+    sizes = record.sizes_of_wheel(wheel)
+    for rel in paths:
+        if rel in listed and rel not in names:
+            raise Refused(f"{where}: RECORD lists {rel} but the wheel has no such member")
+        if rel in names:
+            check_member_size(wheel.getinfo(rel), sizes.get(rel), where)
+    try:
+        files = {rel: wheel.read(rel) for rel in paths if rel in names}
+    except (zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError, ValueError) as problem:
+        raise UnreadableMember(f"{where}: a member cannot be read ({problem})") from None
+    record.verify(files, listed, where)
     return files
 
 
+class UnreadableMember(Refused):
+    """A member whose bytes do not decode: a broken or hostile zip."""
+
+
+def check_member_size(info: zipfile.ZipInfo, size: Optional[int], where: str) -> None:
+    # Deflate adds at most 5 bytes per 16 KiB block it stores, and a little more.
+    if size is None:
+        size = MEMBER_CAP
+    if info.file_size != size or info.compress_size > size + size // 1000 + 1024:
+        raise UnreadableMember(
+            f"{where}: {info.filename} is {info.file_size} bytes ({info.compress_size} "
+            f"compressed) in the zip where RECORD says {size}; refused")
+
+
 def ranged_members(url: str, paths: Sequence[str]) -> ReleaseFiles:
-    remote = RangedFile(url, index_credentials().get(urllib.parse.urlsplit(url).hostname or ""))
+    remote = RangedFile(url, transport.shared())
     with zipfile.ZipFile(io.BufferedReader(remote, 1 << 16)) as wheel:
-        files = members(wheel, paths, url)
-    return ReleaseFiles("", files, f"{url} ({remote.transferred / MB:.1f} MB of "
+        files = members(wheel, paths, shown_url(url))
+    return ReleaseFiles("", files, f"{shown_url(url)} ({remote.transferred / MB:.1f} MB of "
                         f"{remote.size / MB:.0f} MB read by range, {remote.requests} requests)",
                         remote.transferred)
+
+
+def received_line() -> str:
+    """What this process received from the network in all, for a command's summary."""
+    if transport.urllib3 is None or transport._shared is None:
+        return "received from the network: nothing"
+    return (f"received from the network: {transport.shared().received / MB:.1f} MB in all "
+            f"({transport.shared().requests} requests, index pages included)")
 
 
 def release_files(version: str, paths: Sequence[str], cache: Path,
@@ -227,14 +212,17 @@ def release_files(version: str, paths: Sequence[str], cache: Path,
         url, why = locate(version, target)
         if url is not None and urllib.parse.urlsplit(url).scheme == "file":
             wheel = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
-        elif url is not None:
-            try:
-                return dataclasses.replace(ranged_members(url, paths), version=version)
-            except (NoRanges, urllib.error.URLError, OSError, http.client.HTTPException,
-                    zipfile.BadZipFile) as problem:
-                why = f"could not read the wheel's files by range ({problem})"
-        print(f"torch {version}: {why}; downloading the whole wheel instead",
-              file=sys.stderr, flush=True)
-        wheel = wheel or required_wheel(version, target, cache)
-    with zipfile.ZipFile(wheel) as opened:
-        return ReleaseFiles(version, members(opened, paths, str(wheel)), str(wheel))
+        else:
+            if url is not None:
+                try:
+                    return dataclasses.replace(ranged_members(url, paths), version=version)
+                except (NoRanges, UnreadableMember, zipfile.BadZipFile, OSError) as problem:
+                    why = f"could not read the wheel's files by range ({problem})"
+            print(f"torch {version}: {why}; downloading the whole wheel with pip instead",
+                  file=sys.stderr, flush=True)
+            wheel = required_wheel(version, target, cache)
+    try:
+        with zipfile.ZipFile(wheel) as opened:
+            return ReleaseFiles(version, members(opened, paths, str(wheel)), str(wheel))
+    except zipfile.BadZipFile as problem:
+        raise Refused(f"{wheel}: not a wheel ({problem})") from None

@@ -35,12 +35,12 @@ from typing import List, Optional, Sequence
 from maint import choose, grammar, request as grammar_of, update_docs, write
 from maint.choose import Outcome, Run
 from maint.request import Request
-from torch_backport import tables
+from torch_backport import tables, transport
 from torch_backport.errors import Refused, shown, UsageError
 from torch_backport.fsio import atomic_write, cache_dir
 from torch_backport.releases import NOT_YET
 from torch_backport.series import load_series, Store, store, supported_bases, Topic
-from torch_backport.wheels import MB
+from torch_backport.wheels import MB, received_line
 
 CLONE = Path(__file__).resolve().parents[1]
 INTERRUPTED = "interrupted; patches/ is as it was unless a 'wrote' line says otherwise"
@@ -72,9 +72,9 @@ def touched_paths(chosen: List[Topic]) -> List[str]:
 def read_total(run: Run) -> Optional[str]:
     ranged = [found for found in run.reads if found.transferred]
     if not ranged:
-        return None
-    return (f"read by range: {sum(f.transferred for f in ranged) / MB:.1f} MB in all, "
-            f"{len(ranged)} read(s) of release wheels")
+        return received_line() if transport.used() is not None else None
+    return (f"read by range: {sum(f.transferred for f in ranged) / MB:.1f} MB, "
+            f"{len(ranged)} read(s) of release wheels; {received_line()}")
 
 
 def say_check(request: Request, patches: Store, outcomes: List[Outcome], row: write.Row) -> int:

@@ -329,7 +329,9 @@ def execute(request: Request, command: str = "scripts/apply.sh") -> int:
         if request.python is not None:
             require_python(request.python)
             return in_target(request.python, dict(order, from_install=True))
-        return engine(dict(order, from_install=False))
+        if has_pypa():
+            return engine(dict(order, from_install=False))
+        return in_target(pypa_python(cache_dir()), dict(order, from_install=False))
     if request.checkout is not None:
         if not os.path.exists(request.checkout):
             raise Failed(f"{request.checkout} does not exist")

@@ -20,13 +20,15 @@ from torch_backport.fsio import atomic_write, locked
 LAUNCH = Path(__file__).resolve().parent / "_launch.py"
 
 
-# PyPA's wheel and packaging, for --wheel where python3 lacks them.
-PYPA = ("wheel==0.48.0", "packaging==26.4")
+# PyPA's wheel and packaging, and urllib3 (transport.py), for --wheel and
+# --overlay from the index where python3 lacks them.
+PYPA = ("wheel==0.48.0", "packaging==26.4", "urllib3==2.8.0")
 
 
 def has_pypa() -> bool:
     import importlib.util
-    return all(importlib.util.find_spec(name) is not None for name in ("wheel", "packaging"))
+    return all(importlib.util.find_spec(name) is not None
+               for name in ("wheel", "packaging", "urllib3"))
 
 
 def pypa_python(cache: Path) -> str:

@@ -12,11 +12,12 @@ METADATA unreadable) is refused before anything is downloaded or built.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import List, Tuple
 
 from torch_backport.errors import Refused
-from torch_backport.index import read_all, write_index
+from torch_backport.index import PLATFORM_RE, read_all, write_index
 from torch_backport.patched_wheel import build
 from torch_backport.series import Topic
 from torch_backport.wheels import release_wheel, Target
@@ -33,6 +34,14 @@ def targets(platforms: List[str], pythons: List[str], every: bool) -> List[Targe
     chosen_pythons = list(ALL_PYTHONS) if every or not pythons else pythons
     if not chosen_platforms:
         raise Refused("name a target: --platform TAG (repeat it), or --all-platforms")
+    for platform in chosen_platforms:
+        if not PLATFORM_RE.fullmatch(platform):
+            raise Refused(f"--platform {platform!r} is not a wheel platform tag (letters, "
+                          "digits and _, e.g. manylinux_2_28_aarch64); nothing was written")
+    for python in chosen_pythons:
+        if not re.fullmatch(r"3\.\d{1,2}", python):
+            raise Refused(f"--python-version {python!r} is not a CPython version such as "
+                          "3.12; nothing was written")
     return [Target(platform, python) for platform in chosen_platforms
             for python in chosen_pythons]
 

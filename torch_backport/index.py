@@ -24,23 +24,28 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import re
 import zipfile
 from pathlib import Path
 from typing import List, Optional
 from urllib.parse import quote
 
 from packaging.metadata import parse_email
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name, InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 from wheel.wheelfile import WheelError, WheelFile
 
 from torch_backport.errors import Refused
-from torch_backport.fsio import atomic_write
-from torch_backport.record import file_sha256, sha256_hex
+from torch_backport.fsio import atomic_write, refuse_link, refuse_links_below
+from torch_backport.record import file_sha256, refuse_unsafe_names, sha256_hex
 
 PROJECT = "torch"
 WHEELS = f"{PROJECT}-*.whl"
 SUFFIX = ".metadata"  # PEP 658: the distribution's URL with this appended
+METADATA_CAP = 4 * 1024 * 1024  # torch's is about 30 KB
+# PEP 425: a platform tag is sysconfig's platform with "-" and "." made "_".
+PLATFORM_RE = re.compile(r"[A-Za-z0-9_]+")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,23 +65,40 @@ def unreadable(wheel: Path, why: object) -> Refused:
 def read_listed(wheel: Path) -> Listed:
     """`wheel`'s METADATA, checked against its RECORD and its file name; or
     Refused."""
+    refuse_link(wheel)
     try:
-        _, version, _, _ = parse_wheel_filename(wheel.name)
+        _, version, _, wheel_tags = parse_wheel_filename(wheel.name)
         with WheelFile(str(wheel)) as opened:
-            data: bytes = opened.read(f"{opened.dist_info_path}/METADATA")
+            refuse_unsafe_names(opened.namelist(), str(wheel))
+            name = f"{opened.dist_info_path}/METADATA"
+            size = opened.getinfo(name).file_size
+            if size > METADATA_CAP:
+                raise unreadable(wheel, f"its METADATA is {size} bytes, over the "
+                                        f"{METADATA_CAP} this index takes")
+            data: bytes = opened.read(name)
     except (InvalidWheelFilename, WheelError, zipfile.BadZipFile, KeyError, OSError) as problem:
         raise unreadable(wheel, problem) from None
+    odd = sorted(tag.platform for tag in wheel_tags if not PLATFORM_RE.fullmatch(tag.platform))
+    if odd:
+        raise unreadable(wheel, f"its platform tag {odd[0]!r} is not a PEP 425 platform tag")
     raw, _ = parse_email(data)
-    name, said = raw.get("name"), raw.get("version")
+    said = raw.get("version")
     try:
-        same = (name is not None and canonicalize_name(name) == PROJECT
+        same = (raw.get("name") is not None and canonicalize_name(raw["name"]) == PROJECT
                 and said is not None and Version(said) == version)
     except InvalidVersion:
         same = False
     if not same:
-        raise unreadable(wheel, f"it says Name {name!r}, Version {said!r}, where the file "
-                                f"name says {PROJECT} {version}")
-    return Listed(wheel, data, raw.get("requires_python"))
+        raise unreadable(wheel, f"it says Name {raw.get('name')!r}, Version {said!r}, where "
+                                f"the file name says {PROJECT} {version}")
+    requires = raw.get("requires_python")
+    if requires is not None:
+        try:
+            SpecifierSet(requires)
+        except InvalidSpecifier:
+            raise unreadable(wheel, f"its Requires-Python {requires!r} is not a PEP 440 "
+                                    "specifier") from None
+    return Listed(wheel, data, requires)
 
 
 def read_all(out: Path) -> List[Listed]:
@@ -116,10 +138,22 @@ def write_metadata(out: Path, listed: List[Listed]) -> None:
             stale.unlink()
 
 
+def refuse_planted_links(out: Path, listed: List[Listed]) -> None:
+    """Every name the index writes, and the directories on the way, may not
+    be a symbolic link: refused before anything is written."""
+    refuse_link(out, "directory")
+    for item in listed:
+        refuse_link(item.wheel.with_name(item.wheel.name + SUFFIX))
+    for rel in ("simple", f"simple/{PROJECT}", f"simple/{PROJECT}/index.html",
+                "simple/index.html"):
+        refuse_links_below(out, out / rel)
+
+
 def write_index(out: Path, listed: List[Listed]) -> Path:
     """DIR/simple/ (PEP 503) over `listed`, the torch wheels in `out`, by
     relative link with their sha256, after their .metadata files: a page
     never names a file that is not there yet."""
+    refuse_planted_links(out, listed)
     write_metadata(out, listed)
     project = out / "simple" / PROJECT
     project.mkdir(parents=True, exist_ok=True)

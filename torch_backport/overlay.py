@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from torch_backport.driver import release_series
-from torch_backport.fsio import atomic_write, step
+from torch_backport.fsio import (atomic_write, is_our_temp, leftover_temps, refuse_link,
+                                 refuse_links_below, step)
 from torch_backport.install import find_install
 from torch_backport.pristine import base_files, this_install
-from torch_backport.wheels import release_files
+from torch_backport.wheels import received_line, release_files
 from torch_backport.apply import apply_series
 from torch_backport.errors import Refused, shown
 from torch_backport.git import git_blob_id
@@ -100,6 +101,8 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path,
     what = f"torch {made.release} (base {series.base})" if made.release else series.base
     print(f"overlay for {what}{names} written to {out} "
           f"(verify: cd {out} && sha256sum -c SHA256SUMS)")
+    if not from_install:
+        print(received_line())
     return 0
 
 
@@ -125,15 +128,18 @@ def write_overlay(made: Overlay, out: Path) -> None:
     beside it, and a journal names every file this run may write until the
     swap is done."""
     touched = sorted(made.patched)
+    refuse_link(out, "directory")
     out.mkdir(parents=True, exist_ok=True)
     previous = previous_overlay_files(out)
-    for stale in [*(p for p in out.glob(".overlay-*") if p.name != JOURNAL),
-                  out / f".{JOURNAL}.pregrad-tmp"]:
-        if stale.exists():  # left by a killed run
-            step(stale)
-            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
-    staging = Path(tempfile.mkdtemp(prefix=".overlay-", dir=out))
     new_files = [*touched, "SHA256SUMS", "STAMP"]
+    for rel in [*previous, *new_files, JOURNAL]:
+        refuse_links_below(out, out / rel)
+    for stale in [*(p for p in out.glob(".overlay-*") if p.name != JOURNAL),
+                  *leftover_temps(out / JOURNAL)]:
+        if stale.exists() or stale.is_symlink():  # left by a killed run
+            step(stale)
+            shutil.rmtree(stale) if stale.is_dir() and not stale.is_symlink() else stale.unlink()
+    staging = Path(tempfile.mkdtemp(prefix=".overlay-", dir=out))
     contents = dict(made.patched, SHA256SUMS="".join(
         f"{sha256_hex(made.patched[rel])}  {rel}\n" for rel in touched).encode(),
         STAMP=made.stamp().encode())
@@ -189,9 +195,10 @@ def previous_overlay_files(out: Path) -> List[str]:
             f"file under torch/ inside {out}; nothing was written or deleted. Remove that "
             "line, or name a new directory")
     ours = (set(listed) | ({"SHA256SUMS", "STAMP"} if listed else set())
-            | {"README.md", JOURNAL, f".{JOURNAL}.pregrad-tmp"})
+            | {"README.md", JOURNAL})
     foreign = [str(path.relative_to(out)) for path in sorted(out.rglob("*"))
                if path.is_file() and str(path.relative_to(out)) not in ours
+               and not is_our_temp(path.name, JOURNAL)
                and not path.relative_to(out).parts[0].startswith(".overlay-")]
     if foreign:
         raise Refused(

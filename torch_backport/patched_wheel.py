@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
@@ -38,19 +39,20 @@ from wheel.wheelfile import WheelError, WheelFile
 
 from torch_backport import __version__
 from torch_backport.driver import Plan, release_series, Say
-from torch_backport.fsio import atomic_write, step
+from torch_backport.fsio import atomic_write, refuse_link, step
 from torch_backport.wheels import required_wheel, Target
 from torch_backport.apply import apply_series
 from torch_backport.errors import Refused
 from torch_backport.git import git_blob_id
 from torch_backport.identify import topic_files
-from torch_backport.record import file_sha256, sha256_hex
+from torch_backport.record import file_sha256, refuse_unsafe_names, sha256_hex
 from torch_backport.series import Series, Topic
 # In the patched wheel's dist-info: what it was built from and with; an
 # install made from it is recognised by this file.
 from torch_backport.install import BUILT_NAME
 
 LOCAL_PREFIX = "pregrad"
+SCRATCH_PREFIX = ".pregrad-build-"
 REQUIREMENT_RE = re.compile(r"torch==([0-9][0-9A-Za-z.+!_-]*)")
 
 
@@ -85,6 +87,7 @@ def patched_version(release: Version, every: List[Series]) -> Version:
 def opened(path: Path) -> Iterator[WheelFile]:
     try:
         with WheelFile(str(path)) as wheel:
+            refuse_unsafe_names(wheel.namelist(), str(path))
             yield wheel
     except WheelError as problem:
         raise Refused(f"{path}: {problem}; nothing was written") from None
@@ -219,19 +222,23 @@ class PatchedWheel:
 
 def write_patched(made: PatchedWheel, lock: Optional[str], say: Say) -> None:
     out, target = made.target.parent, made.target
+    refuse_link(out, "directory")
+    refuse_link(target)
     created = not out.exists()
     # WheelFile takes the dist-info name from the file name: the wheel is
-    # written under its own name in a scratch directory beside it.
-    scratch = out / ".pregrad-tmp"
-    partial = scratch / target.name
+    # written under its own name in a scratch directory beside it, made
+    # afresh under a name no one could have planted.
+    scratch: Optional[Path] = None
     try:
-        step(scratch)
-        scratch.mkdir(parents=True, exist_ok=True)
+        step(out / SCRATCH_PREFIX)
+        out.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=out))
+        partial = scratch / target.name
         write(made, partial)
         step(target)
         os.replace(partial, target)
     finally:
-        if scratch.exists():
+        if scratch is not None and scratch.exists():
             shutil.rmtree(scratch)
         if created and out.exists() and not target.exists():
             out.rmdir()
@@ -304,6 +311,7 @@ def write(made: PatchedWheel, partial: Path) -> None:
                 if data is None:
                     data = read_checked(wheel, path, info.filename)
                 arcname = info.filename
+                refuse_unsafe_names([arcname], str(partial))
                 if arcname.startswith(f"{dist_info}/"):
                     arcname = new_dist_info + arcname[len(dist_info):]
                     if arcname == f"{new_dist_info}/METADATA":

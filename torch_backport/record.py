@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -17,6 +18,31 @@ from typing import Dict, List, Mapping
 from torch_backport.errors import Refused
 
 CHUNK = 1 << 20
+DRIVE_RE = re.compile(r"^[A-Za-z]:")
+
+
+def unsafe_name(name: str) -> str:
+    """Why a wheel member name could write outside the install, or "": a
+    `..` part, an absolute path, a backslash, a drive letter or a NUL."""
+    if "\\" in name:
+        return "has a backslash"
+    if "\0" in name:
+        return "has a NUL"
+    if name.startswith("/"):
+        return "is an absolute path"
+    if DRIVE_RE.match(name):
+        return "has a drive letter"
+    if ".." in name.split("/"):
+        return "has a '..' part"
+    return ""
+
+
+def refuse_unsafe_names(names: List[str], where: str) -> None:
+    """Refuse a wheel whose members could land outside the install."""
+    for name in names:
+        why = unsafe_name(name)
+        if why:
+            raise Refused(f"{where}: the member {name!r} {why}; refused, nothing was written")
 
 
 def digest(data: bytes) -> str:

@@ -125,10 +125,10 @@ def choose(links: Iterable[Link], version: str, python: str,
            accepted: Sequence[tags.Tag]) -> Optional[Link]:
     wanted = SpecifierSet(f"=={version}")
     rank = {tag: place for place, tag in enumerate(accepted)}
-    best: Optional[Tuple[Version, int, Link]] = None
+    best: Optional[Tuple[Tuple[Version, int, Tuple[object, ...]], Link]] = None
     for link in links:
         try:
-            name, found, _, file_tags = parse_wheel_filename(link.filename)
+            name, found, build, file_tags = parse_wheel_filename(link.filename)
         except InvalidWheelFilename:
             continue
         if name != PROJECT or link.yanked or found not in wanted:
@@ -142,10 +142,10 @@ def choose(links: Iterable[Link], version: str, python: str,
         places = [rank[tag] for tag in file_tags if tag in rank]
         if not places:
             continue
-        key = (found, -min(places), link)
-        if best is None or key[:2] > best[:2]:
-            best = key
-    return best[2] if best else None
+        key = (found, -min(places), tuple(build))  # pip's order: version, tag, build
+        if best is None or key > best[0]:
+            best = (key, link)
+    return best[1] if best else None
 
 
 def local_links(directory: Path) -> List[Link]:
@@ -169,8 +169,18 @@ def find_links_page(location: str, transport: Transport) -> List[Link]:
     return parse_page(reply.body, reply.headers.get("Content-Type", ""), reply.url)
 
 
+_pages: Dict[str, List[Link]] = {}
+
+
 def index_page(index: str, transport: Transport) -> List[Link]:
-    """The torch page of one index; a 404 is an index without torch."""
+    """The torch page of one index (read once per process: new-base asks
+    for many releases); a 404 is an index without torch."""
+    if index not in _pages:
+        _pages[index] = read_index_page(index, transport)
+    return _pages[index]
+
+
+def read_index_page(index: str, transport: Transport) -> List[Link]:
     page = index.rstrip("/") + f"/{PROJECT}/"
     parts = urllib.parse.urlsplit(page)
     if parts.scheme == "file":

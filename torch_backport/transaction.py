@@ -32,7 +32,8 @@ from typing import Dict, List
 from torch_backport import record
 from torch_backport.driver import Say
 from torch_backport.errors import Refused
-from torch_backport.fsio import (atomic_write, free_kb, link_or_copy, own_like, step, temp_path,
+from torch_backport.fsio import (atomic_write, free_kb, leftover_temps, link_or_copy, link_temp,
+                                 own_like, refuse_link, refuse_links_below, step, write_new,
                                  write_temp)
 from torch_backport.identify import topic_files
 from torch_backport.install import (APPLIED, BACKUPS, Install, Manifest, MANIFEST,
@@ -44,11 +45,21 @@ from torch_backport.wheel_status import inspect
 
 # What a killed run leaves, and the state directory's removal.
 
-def remove_partial_writes(install: Install, paths: List[str]) -> None:
-    """Temporary files that a killed atomic_write left beside its target."""
+def refuse_links(install: Install, paths: List[str]) -> None:
+    """Before anything is written: no state, staging or trash directory, no
+    file to patch and no directory on the way to one may be a symbolic link
+    (another user may have planted it where root will write)."""
+    for directory in (install.state_dir, install.leftover("staging"), install.leftover("trash")):
+        refuse_link(directory, "directory")
     for rel in paths:
-        tmp = temp_path(install.path(rel))
-        if tmp.exists():
+        refuse_links_below(install.site, install.path(rel))
+
+
+def remove_partial_writes(install: Install, paths: List[str]) -> None:
+    """Temporary files that a killed atomic_write left beside its target
+    (unlinked, never followed)."""
+    for rel in paths:
+        for tmp in leftover_temps(install.path(rel)):
             step(tmp)
             tmp.unlink()
 
@@ -80,15 +91,17 @@ def drop_state(install: Install) -> None:
 # Apply: stage, then rename into place.
 
 def stage(install: Install, series: Series, pristine: Dict[str, bytes],
-          patched: Dict[str, bytes], staging: Path) -> None:
+          patched: Dict[str, bytes], staging: Path) -> Dict[str, Path]:
+    """The staging dir, made here and now (not one found), and each patched
+    file's temporary copy: rel -> its path."""
+    os.mkdir(staging, 0o755)
     for rel, data in pristine.items():
         source = install.path(rel)
         if source.is_file() and source.read_bytes() == data:
             link_or_copy(source, staging / BACKUPS / rel)
         else:  # an earlier series' backup: the installed file is not the wheel's
-            step(staging / BACKUPS / rel)
             (staging / BACKUPS / rel).parent.mkdir(parents=True, exist_ok=True)
-            (staging / BACKUPS / rel).write_bytes(data)
+            write_new(staging / BACKUPS / rel, data)
     manifest = {
         "state": "applying",
         "torch": install.version,
@@ -98,18 +111,17 @@ def stage(install: Install, series: Series, pristine: Dict[str, bytes],
         "patched": {rel: record.digest(data) for rel, data in patched.items()},
         "modes": {rel: install.path(rel).stat().st_mode & 0o7777 for rel in series.touched},
     }
-    step(staging / MANIFEST)
-    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
-    step(staging / APPLIED)
-    (staging / APPLIED).write_text(json.dumps(dict(manifest, state="applied"), indent=2))
+    write_new(staging / MANIFEST, json.dumps(manifest, indent=2).encode())
+    write_new(staging / APPLIED, json.dumps(dict(manifest, state="applied"), indent=2).encode())
     for made in [staging, *staging.rglob("*")]:
         own_like(made, install.site)
-    for rel in series.touched:
-        write_temp(install.path(rel), patched[rel], install.path(rel).stat().st_mode & 0o7777)
+    return {rel: write_temp(install.path(rel), patched[rel],
+                            install.path(rel).stat().st_mode & 0o7777)
+            for rel in series.touched}
 
 
 def write_backups(install: Install, series: Series,
-                  pristine: Dict[str, bytes], patched: Dict[str, bytes]) -> None:
+                  pristine: Dict[str, bytes], patched: Dict[str, bytes]) -> Dict[str, Path]:
     """Everything an apply needs on disk before it replaces a file: the
     backups (hard links to the installed files where those are the wheel's:
     no space), the manifest as it is while applying and once applied, and
@@ -118,9 +130,10 @@ def write_backups(install: Install, series: Series,
     full disk) removes what it wrote; the install is as it was."""
     staging = install.leftover("staging")
     try:
-        stage(install, series, pristine, patched, staging)
+        temps = stage(install, series, pristine, patched, staging)
         step(install.state_dir)
         os.replace(staging, install.state_dir)
+        return temps
     except BaseException as problem:
         shutil.rmtree(staging, ignore_errors=True)
         remove_partial_writes(install, series.touched)
@@ -138,6 +151,7 @@ def write_series(status: Status, pristine: Dict[str, bytes], patched: Dict[str, 
     a failure part-way restores every file to the wheel's bytes."""
     install, series = status.install, status.series
     assert series is not None
+    refuse_links(install, series.touched)
     if status.state is State.OUTDATED:
         assert status.manifest is not None
         restore_pristine(install, status.manifest)
@@ -148,13 +162,13 @@ def write_series(status: Status, pristine: Dict[str, bytes], patched: Dict[str, 
         drop_state(install)  # left by an earlier install of torch that was replaced
     remove_leftovers(install)
     remove_partial_writes(install, series.touched)
-    write_backups(install, series, pristine, patched)
+    temps = write_backups(install, series, pristine, patched)
     # Only renames from here: a full disk cannot stop them part-way, and the
     # rollback below puts the backups back by rename too.
     try:
         for rel in series.touched:
             step(install.path(rel))
-            os.replace(temp_path(install.path(rel)), install.path(rel))
+            os.replace(temps[rel], install.path(rel))
             refresh_bytecode(install, rel)
             say(f"  patched {rel}")
         step(install.manifest_path)
@@ -175,6 +189,7 @@ def write_series(status: Status, pristine: Dict[str, bytes], patched: Dict[str, 
 def patch_again(install: Install, todo: List[str], patched: Dict[str, bytes],
                 say: Say) -> None:
     """Patch again the files of a partly reverted install that were reverted by hand."""
+    refuse_links(install, todo)
     for rel in todo:
         atomic_write(install.path(rel), patched[rel], install.path(rel).stat().st_mode & 0o7777)
         refresh_bytecode(install, rel)
@@ -202,10 +217,9 @@ def restore_pristine(install: Install, manifest: Manifest) -> List[str]:
             )
         # The backup's own file, by link and rename: no space needed, so a
         # full disk cannot stop a rollback.
-        link_or_copy(backup, temp_path(target))
-        os.chmod(temp_path(target), manifest["modes"].get(rel, 0o644))
+        tmp = link_temp(backup, target, manifest["modes"].get(rel, 0o644))
         step(target)
-        os.replace(temp_path(target), target)
+        os.replace(tmp, target)
         refresh_bytecode(install, rel)
         restored.append(rel)
     return restored
@@ -222,6 +236,7 @@ def restore_without_manifest(install: Install, series: Series) -> List[str]:
 def recover(status: Status, say: Say) -> None:
     """Finish or roll back the run that `status` found interrupted."""
     assert status.series is not None
+    refuse_links(status.install, status.series.touched)
     what = status.manifest.get("state") if status.manifest else "earlier"
     if status.manifest is not None and "pristine" in status.manifest:
         restored = restore_pristine(status.install, status.manifest)
@@ -239,6 +254,7 @@ def restore_series(status: Status, say: Say) -> None:
     back, drop the state dir, and check that the files are the wheel's."""
     install = status.install
     assert status.series is not None and status.manifest is not None
+    refuse_links(install, status.series.touched)
     manifest = dict(status.manifest, state="reverting")
     atomic_write(install.manifest_path, json.dumps(manifest, indent=2).encode(), 0o644)
     restored = restore_pristine(install, manifest)

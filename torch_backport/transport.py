@@ -59,6 +59,15 @@ class Reply:
     body: bytes
 
 
+def available() -> bool:
+    return urllib3 is not None
+
+
+def used() -> Optional["Transport"]:
+    """The shared transport if this process made a request, else None."""
+    return _shared
+
+
 def require() -> None:
     if urllib3 is None:
         raise Refused(INSTALL_HINT)
@@ -83,16 +92,16 @@ class Transport:
         self.requests = 0
         self._pools: Dict[tuple, "urllib3.PoolManager"] = {}  # type: ignore[type-arg]
 
-    def _tls(self, verify: bool) -> Dict[str, object]:
+    def _tls(self, verify: bool) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=self.config.cert) if verify else \
             ssl._create_unverified_context()  # pip's trusted-host: no verification
         if self.config.client_cert:
             context.load_cert_chain(self.config.client_cert)
-        return {"ssl_context": context}
+        return context
 
     def _proxy_for(self, url: str) -> Optional[str]:
         scheme, host, _ = origin(url)
-        if urllib.request.proxy_bypass_environment(host):
+        if urllib.request.proxy_bypass(host):
             return None
         return self.config.proxy or urllib.request.getproxies_environment().get(scheme)
 
@@ -102,7 +111,7 @@ class Transport:
         key = (proxy, verify)
         if key not in self._pools:
             try:
-                options = self._tls(verify)
+                context = self._tls(verify)
             except (OSError, ssl.SSLError) as problem:
                 raise TransportError(f"pip's cert or client-cert cannot be loaded ({problem})")
             if proxy:
@@ -112,9 +121,9 @@ class Transport:
                                      f"{urllib.parse.unquote(login.password or '')}"))
                 self._pools[key] = urllib3.ProxyManager(
                     without_login(proxy if "://" in proxy else f"http://{proxy}"),
-                    proxy_headers=headers, **options)
+                    proxy_headers=headers, ssl_context=context)
             else:
-                self._pools[key] = urllib3.PoolManager(**options)
+                self._pools[key] = urllib3.PoolManager(ssl_context=context)
         return self._pools[key]
 
     def get(self, url: str, limit: int, headers: Optional[Mapping[str, str]] = None,

@@ -196,10 +196,11 @@ def ranged_members(url: str, paths: Sequence[str]) -> ReleaseFiles:
 
 def received_line() -> str:
     """What this process received from the network in all, for a command's summary."""
-    if transport.urllib3 is None or transport._shared is None:
+    used = transport.used()
+    if used is None:
         return "received from the network: nothing"
-    return (f"received from the network: {transport.shared().received / MB:.1f} MB in all "
-            f"({transport.shared().requests} requests, index pages included)")
+    return (f"received from the network: {used.received / MB:.1f} MB in all "
+            f"({used.requests} requests, index pages included)")
 
 
 def release_files(version: str, paths: Sequence[str], cache: Path,

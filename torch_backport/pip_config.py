@@ -155,12 +155,18 @@ def pip_environment() -> Dict[str, str]:
     return dict(os.environ, PIP_CONSTRAINT=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
 
 
+def options(python: str = sys.executable,
+            env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The winning value of each of pip's options, as `python`'s pip sees them."""
+    listed = subprocess.run([python, "-m", "pip", "config", "list"],
+                            capture_output=True, text=True, env=env or pip_environment())
+    return parse_listing(listed.stdout if listed.returncode == 0 else "")
+
+
 @functools.lru_cache(maxsize=None)
 def load() -> PipConfig:
     """This machine's pip configuration (files and PIP_* variables)."""
-    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
-                            capture_output=True, text=True, env=pip_environment())
-    return from_options(parse_listing(listed.stdout if listed.returncode == 0 else ""))
+    return from_options(options())
 
 
 def option_lines(config: PipConfig) -> List[str]:

@@ -32,15 +32,22 @@ class NoRanges(Exception):
 class RangedFile(io.RawIOBase):
     """`url`'s bytes; each read past what is kept fetches whole BLOCKs."""
 
-    def __init__(self, url: str, transport: Transport, budget: int = BUDGET) -> None:
+    def __init__(self, url: str, transport: Transport, budget: int = BUDGET,
+                 earlier: Optional["RangedFile"] = None) -> None:
+        """`earlier`: a closed RangedFile of the same URL whose blocks are kept."""
         super().__init__()
         self.url = url
         self.transport = transport
         self.budget = budget
         self.position = 0
-        self.blocks: Dict[int, bytes] = {}
         self.transferred = 0
         self.requests = 0
+        self.blocks: Dict[int, bytes] = {}
+        self.size: int = 0
+        if earlier is not None:
+            self.blocks, self.size = earlier.blocks, earlier.size
+            self.transferred = earlier.transferred  # the budget is the URL's, not the read's
+            return
         # The last 64 KiB holds the zip's end record: it also tells the size.
         tail, self.size = self._fetch(None, 65536)
         self._keep_tail(tail)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import html.parser
 import json
-import re
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -27,6 +26,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from torch_backport.pip_config import PipConfig, shown_url
+from torch_backport.platform_tags import platform_accepts
 from torch_backport.transport import Transport, TransportError
 
 PROJECT = "torch"
@@ -87,25 +87,6 @@ def target_tags(python: str, platform: Optional[str]) -> List[tags.Tag]:
                              *tags.compatible_tags(version, platforms=platforms)]
              if platform_accepts(platform, tag.platform) or tag.platform == "any"]
     return found
-
-
-def platform_accepts(wanted: str, have: str) -> bool:
-    """Whether a wheel tagged `have` installs where pip's --platform is
-    `wanted`: the same tag, or an older manylinux or macOS of the same
-    architecture (pip takes those too)."""
-    def parts(tag: str) -> Optional[Tuple[str, Tuple[int, int], str]]:
-        legacy = {"manylinux2014": (2, 17), "manylinux2010": (2, 12), "manylinux1": (2, 5)}
-        for name, floor in legacy.items():
-            if tag.startswith(name + "_"):
-                return "manylinux", floor, tag[len(name) + 1:]
-        found = re.fullmatch(r"(manylinux|macosx)_(\d+)_(\d+)_(.+)", tag)
-        return (found[1], (int(found[2]), int(found[3])), found[4]) if found else None
-
-    if wanted == have:
-        return True
-    mine, theirs = parts(wanted), parts(have)
-    return (mine is not None and theirs is not None and mine[0] == theirs[0]
-            and mine[2] == theirs[2] and theirs[1] <= mine[1])
 
 
 def older_platforms(platform: str) -> List[str]:

@@ -32,7 +32,7 @@ from torch_backport import pip_config, record, transport
 from torch_backport.errors import Refused
 from torch_backport.pip_config import pip_environment, shown_url
 from torch_backport.ranged import NoRanges, RangedFile
-from torch_backport.simple_index import find_wheel, platform_accepts
+from torch_backport.platform_tags import platform_accepts
 
 MB = 1024 * 1024
 MEMBER_CAP = 64 * MB  # a member RECORD lists without a size
@@ -111,6 +111,7 @@ def locate(version: str, target: Target) -> Tuple[Optional[str], str]:
     indexes and find-links, read from their simple API (no wheel is
     downloaded), or None and why."""
     transport.require()
+    from torch_backport.simple_index import find_wheel  # packaging: not needed by every mode
     chosen, why = find_wheel(version, target.python, target.platform, pip_config.load(),
                              transport.shared())
     return (chosen.url, "") if chosen is not None else (None, why)
@@ -185,8 +186,13 @@ def check_member_size(info: zipfile.ZipInfo, size: Optional[int], where: str) ->
             f"compressed) in the zip where RECORD says {size}; refused")
 
 
+_remote: Dict[str, RangedFile] = {}
+
+
 def ranged_members(url: str, paths: Sequence[str]) -> ReleaseFiles:
-    remote = RangedFile(url, transport.shared())
+    """`paths` of the wheel at `url`, by range; the blocks read are kept for
+    the process, so each topic's read of the same release costs nothing more."""
+    remote = _remote[url] = RangedFile(url, transport.shared(), earlier=_remote.get(url))
     with zipfile.ZipFile(io.BufferedReader(remote, 1 << 16)) as wheel:
         files = members(wheel, paths, shown_url(url))
     return ReleaseFiles("", files, f"{shown_url(url)} ({remote.transferred / MB:.1f} MB of "

@@ -37,7 +37,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -50,6 +49,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, TextIO, Union
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+from torch_backport import pip_config  # noqa: E402  (the one reader of pip's settings)
 from torch_backport.fsio import cache_dir  # noqa: E402  (the one cache path)
 
 REQUIREMENTS = REPO / "requirements" / "test.txt"
@@ -57,8 +57,6 @@ TORCHAO_PINS = REPO / "test" / "torchao.tsv"
 TORCHVISION_PINS = REPO / "test" / "torchvision.tsv"
 APPLY = REPO / "scripts" / "apply.sh"
 QUIET_PIP = ("-m", "pip", "--disable-pip-version-check")
-# `pip config list` prints a configured constraint file as global.constraint='PATH'.
-CONFIGURED_CONSTRAINT = re.compile(r"^[a-z]*\.constraint='(.*)'$", re.MULTILINE)
 
 
 class InstallFailed(Exception):
@@ -139,12 +137,10 @@ def lift_configured_constraint(env: Dict[str, str], version: str, log: TextIO) -
     these pip commands only (in `env`), and said."""
     if env.get("PIP_CONSTRAINT"):
         return
-    listed = subprocess.run([base_interpreter(), "-m", "pip", "config", "list"],
-                            capture_output=True, text=True)
-    found = CONFIGURED_CONSTRAINT.search(listed.stdout)
-    if found is None:
+    found = pip_config.options(base_interpreter(), dict(os.environ)).get("constraint")
+    if not found:
         return
-    configured = Path(found.group(1))
+    configured = Path(found)
     try:
         caps = " ".join(line for line in configured.read_text().splitlines()
                         if line.strip() and not line.startswith("#"))

@@ -18,7 +18,8 @@ PACKAGE = REPO / "torch_backport"
 # tier (without a cycle) or from a lower one, never from a higher one.
 TIERS = [
     ("outside things and primitives",
-     {"__init__", "errors", "fsio", "ranged", "git", "record", "tables", "wheels"}),
+     {"__init__", "errors", "fsio", "ranged", "git", "record", "tables", "wheels",
+      "pip_config", "transport", "simple_index", "platform_tags"}),
     ("the series model", {"patchfile", "series", "apply", "identify", "releases"}),
     ("reading a target", {"install", "install_state", "wheel_status", "history",
                           "checkout_base", "pristine"}),
@@ -130,6 +131,20 @@ class ShapeTest(unittest.TestCase):
                 and re.search(r"^(?!\s*(#|echo|printf)).*pip download", path.read_text(),
                               re.MULTILINE)]
         self.assertEqual(running + bash, ["torch_backport/wheels.py"])
+
+    def test_one_file_makes_http_requests(self) -> None:
+        # Every request keeps transport.py's rules (credentials by origin,
+        # bounded replies, a deadline): nothing else opens a connection.
+        requesting = [str(path.relative_to(REPO)) for path in python_files()
+                      if re.search(r"^\s*(import urllib3|from urllib3|import http\.client)"
+                                   r"|urlopen\(", path.read_text(), re.MULTILINE)]
+        self.assertEqual(requesting, ["torch_backport/transport.py"])
+
+    def test_one_file_reads_pips_configuration(self) -> None:
+        reading = [str(path.relative_to(REPO)) for path in python_files()
+                   if any(runs(words, ["pip", "config", "list"])
+                          for words in string_lists(ast.parse(path.read_text())))]
+        self.assertEqual(reading, ["torch_backport/pip_config.py"])
 
     def test_one_package_file_starts_git(self) -> None:
         starting = [path.name for path in sorted(PACKAGE.glob("*.py"))

@@ -93,14 +93,21 @@ def dist_info_of(names: List[str], project: str = "torch") -> str:
 def of_wheel(wheel: zipfile.ZipFile, project: str = "torch") -> Dict[str, str]:
     """path -> RECORD sha256 digest, from a wheel file's own RECORD."""
     dist_info = dist_info_of(wheel.namelist(), project)
-    return of_dist(metadata.PathDistribution(zipfile.Path(wheel, dist_info)))
+    try:
+        return of_dist(metadata.PathDistribution(zipfile.Path(wheel, dist_info)))
+    except (TypeError, ValueError, UnicodeDecodeError) as problem:
+        raise Refused(f"{dist_info}RECORD cannot be read ({problem})") from None
 
 
 def sizes_of_wheel(wheel: zipfile.ZipFile, project: str = "torch") -> Dict[str, int]:
     """path -> size in bytes, for every RECORD entry of a wheel that gives one."""
     dist_info = dist_info_of(wheel.namelist(), project)
     dist = metadata.PathDistribution(zipfile.Path(wheel, dist_info))
-    return {entry.as_posix(): entry.size for entry in dist.files or [] if entry.size is not None}
+    try:
+        return {entry.as_posix(): entry.size for entry in dist.files or []
+                if entry.size is not None}
+    except (TypeError, ValueError, UnicodeDecodeError) as problem:
+        raise Refused(f"{dist_info}RECORD cannot be read ({problem})") from None
 
 
 def mismatches(files: Mapping[str, bytes], record: Mapping[str, str]) -> List[str]:

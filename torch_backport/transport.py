@@ -93,8 +93,10 @@ class Transport:
         self._pools: Dict[tuple, "urllib3.PoolManager"] = {}  # type: ignore[type-arg]
 
     def _tls(self, verify: bool) -> ssl.SSLContext:
+        if not verify:  # pip's trusted-host: asked for by name, so not warned of per request
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         context = ssl.create_default_context(cafile=self.config.cert) if verify else \
-            ssl._create_unverified_context()  # pip's trusted-host: no verification
+            ssl._create_unverified_context()
         if self.config.client_cert:
             context.load_cert_chain(self.config.client_cert)
         return context

@@ -73,6 +73,36 @@ BREAKS = [
           "        data: bytes = zipfile.ZipFile.open(wheel, name).read()",
           "test_patched_wheel.py::PatchedWheelTest::"
           "test_a_file_that_does_not_match_record_is_refused"),
+    Break("credentials go to their origin: scheme, host and port",
+          "torch_backport/pip_config.py", "            if known == wanted:",
+          "            if known[1] == wanted[1]:",
+          "test_credentials_by_origin.py::RedirectsTest::"
+          "test_each_redirect_code_to_another_port_sends_no_credentials"),
+    Break("a reply whose declared length is past the range is refused before its body",
+          "torch_backport/transport.py", "if declared.isdigit() and int(declared) > limit:",
+          "if False:",
+          "test_hostile_replies.py::LongReplyTest::"
+          "test_a_declared_length_past_the_range_is_refused_before_the_body"),
+    Break("a member whose zip size is not RECORD's is not read",
+          "torch_backport/wheels.py", "    if info.file_size != size or info.compress_size",
+          "    if False and info.compress_size",
+          "test_hostile_replies.py::LyingZipTest::"
+          "test_a_zip_bomb_member_is_refused_before_it_is_inflated"),
+    Break("a RECORD entry the zip lacks is an error",
+          "torch_backport/wheels.py", "        if rel in listed and rel not in names:",
+          "        if False:",
+          "test_hostile_replies.py::LyingZipTest::test_a_record_entry_the_zip_lacks_is_an_error"),
+    Break("member names that climb out of the install are refused",
+          "torch_backport/record.py", '    if ".." in name.split("/"):', "    if False:",
+          "test_hostile_wheels.py::HostileWheelTest::"
+          "test_member_names_that_leave_the_install_are_refused_by_the_index"),
+    Break("temporary files are created exclusively, never at a name planted in advance",
+          "torch_backport/fsio.py",
+          '\n    handle, tmp = _new_file(target.parent, f".{target.name}.")\n',
+          '\n    tmp = target.with_name(f".{target.name}{TEMP_SUFFIX}")\n'
+          '    handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)\n',
+          "test_planted_links.py::PlantedLinksTest::"
+          "test_links_at_the_old_temporary_names_are_not_written_through"),
 ]
 
 COPIED = ("setup.cfg", "torch_backport", "maint", "patches", "scripts", "test/tools",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -36,6 +37,9 @@ from torch_backport.platform_tags import platform_accepts
 
 MB = 1024 * 1024
 MEMBER_CAP = 64 * MB  # a member RECORD lists without a size
+# What a broken or hostile zip raises while a member is read.
+DECODING = (zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError, ValueError,
+            struct.error)
 # The host target's folder name (pip picks its wheel tag itself).
 HOST_PLATFORM = sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
@@ -136,6 +140,8 @@ def release_wheel(version: str, target: Target, cache: Path,
     found = cached(version, target, cache)
     if pip.returncode != 0 or found is None:
         return None
+    print(f"{target}: received the whole torch {version} wheel, "
+          f"{found.stat().st_size / MB:.1f} MB, through pip", file=sys.stderr, flush=True)
     return found
 
 
@@ -157,8 +163,10 @@ def members(wheel: zipfile.ZipFile, paths: Sequence[str], where: str) -> Dict[st
     own_record = wheel.getinfo(record.dist_info_of(wheel.namelist()) + "RECORD")
     if own_record.file_size > MEMBER_CAP:
         raise UnreadableMember(f"{where}: its RECORD claims {own_record.file_size} bytes; refused")
-    listed = record.of_wheel(wheel)
-    sizes = record.sizes_of_wheel(wheel)
+    try:
+        listed, sizes = record.of_wheel(wheel), record.sizes_of_wheel(wheel)
+    except DECODING as problem:
+        raise UnreadableMember(f"{where}: its RECORD cannot be read ({problem})") from None
     for rel in paths:
         if rel in listed and rel not in names:
             raise Refused(f"{where}: RECORD lists {rel} but the wheel has no such member")
@@ -166,7 +174,7 @@ def members(wheel: zipfile.ZipFile, paths: Sequence[str], where: str) -> Dict[st
             check_member_size(wheel.getinfo(rel), sizes.get(rel), where)
     try:
         files = {rel: wheel.read(rel) for rel in paths if rel in names}
-    except (zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError, ValueError) as problem:
+    except DECODING as problem:
         raise UnreadableMember(f"{where}: a member cannot be read ({problem})") from None
     record.verify(files, listed, where)
     return files
@@ -223,7 +231,7 @@ def release_files(version: str, paths: Sequence[str], cache: Path,
             if url is not None:
                 try:
                     return dataclasses.replace(ranged_members(url, paths), version=version)
-                except (NoRanges, UnreadableMember, zipfile.BadZipFile, OSError) as problem:
+                except (NoRanges, UnreadableMember, OSError, *DECODING) as problem:
                     why = f"could not read the wheel's files by range ({problem})"
             print(f"torch {version}: {why}; downloading the whole wheel with pip instead",
                   file=sys.stderr, flush=True)

@@ -40,13 +40,14 @@ class RangedFile(io.RawIOBase):
         self.transport = transport
         self.budget = budget
         self.position = 0
-        self.transferred = 0
+        self.transferred = 0  # by this reader
+        self.spent = 0  # by every reader of this URL: what the budget caps
         self.requests = 0
         self.blocks: Dict[int, bytes] = {}
         self.size: int = 0
         if earlier is not None:
             self.blocks, self.size = earlier.blocks, earlier.size
-            self.transferred = earlier.transferred  # the budget is the URL's, not the read's
+            self.spent = earlier.spent
             return
         # The last 64 KiB holds the zip's end record: it also tells the size.
         tail, self.size = self._fetch(None, 65536)
@@ -54,7 +55,7 @@ class RangedFile(io.RawIOBase):
 
     def _fetch(self, start: Optional[int], length: int) -> Tuple[bytes, int]:
         where = shown_url(self.url)
-        if self.transferred + length > self.budget:
+        if self.spent + length > self.budget:
             raise NoRanges(f"{where}: reading it would take more than "
                            f"{self.budget // (1024 * 1024)} MB by range; refused")
         spec = f"bytes=-{length}" if start is None else f"bytes={start}-{start + length - 1}"
@@ -71,6 +72,7 @@ class RangedFile(io.RawIOBase):
         data = reply.body
         self.requests += 1
         self.transferred += len(data)
+        self.spent += len(data)
         first, last, size = (int(part) for part in found.groups())
         asked = (size - min(length, size)) if start is None else start
         asked_last = min(asked + length, size) - 1

@@ -130,20 +130,26 @@ def _fill(handle: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]])
         os.fchown(handle, *owner)
 
 
-def write_temp(target: Path, data: bytes, mode: int) -> Path:
-    """`data`, fsynced, in a new temporary file beside `target`; its path.
-    A `target` that is a symbolic link is refused."""
-    refuse_link(target)
-    step(target.with_name(f".{target.name}{TEMP_SUFFIX}"))
+def _new_temp(target: Path, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -> Path:
+    """`data`, fsynced, in a new temporary file of ours beside `target`."""
     handle, tmp = _new_file(target.parent, f".{target.name}.")
     try:
-        _fill(handle, data, mode, owner_to_give(target if target.exists() else target.parent))
+        _fill(handle, data, mode, owner)
     except BaseException:
         os.unlink(tmp)
         raise
     finally:
         os.close(handle)
     return tmp
+
+
+def write_temp(target: Path, data: bytes, mode: int) -> Path:
+    """`data`, fsynced, in a new temporary file beside `target`; its path.
+    A `target` that is a symbolic link is refused."""
+    refuse_link(target)
+    step(target.with_name(f".{target.name}{TEMP_SUFFIX}"))
+    return _new_temp(target, data, mode,
+                     owner_to_give(target if target.exists() else target.parent))
 
 
 def atomic_write(target: Path, data: bytes, mode: int) -> None:
@@ -182,16 +188,8 @@ def link_temp(source: Path, target: Path, mode: int) -> Path:
             os.link(source, tmp, follow_symlinks=False)  # never replaces or follows tmp
         except FileExistsError:
             continue
-        except OSError:
-            handle, tmp = _new_file(target.parent, f".{target.name}.")
-            try:
-                _fill(handle, source.read_bytes(), mode, owner_to_give(source))
-            except BaseException:
-                os.unlink(tmp)
-                raise
-            finally:
-                os.close(handle)
-            return tmp
+        except OSError:  # another file system: a copy
+            return _new_temp(target, source.read_bytes(), mode, owner_to_give(source))
         handle = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
         try:
             os.fchmod(handle, mode)

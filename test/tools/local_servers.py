@@ -95,15 +95,17 @@ class Running:
         self.httpd.server_close()
 
 
-def ranges(data: bytes, spec: Optional[str]) -> Answer:
-    """An honest answer to a GET of `data` with this Range header."""
+def ranges(data: bytes, spec: Optional[str], cap: Optional[int] = None) -> Answer:
+    """An honest answer to a GET of `data` with this Range header (or one
+    that sends at most `cap` bytes of each range: a server that sends less)."""
     found = re.fullmatch(r"bytes=(\d*)-(\d*)", spec or "")
     if found is None:
         return 200, {}, data
     first, last = found.groups()
-    start = len(data) - int(last) if not first else int(first)
+    start = max(len(data) - int(last) if not first else int(first), 0)
     end = len(data) - 1 if not first or not last else min(int(last), len(data) - 1)
-    start = max(start, 0)
+    if cap is not None:
+        end = min(end, start + cap - 1)
     return 206, {"Content-Range": f"bytes {start}-{end}/{len(data)}"}, data[start:end + 1]
 
 

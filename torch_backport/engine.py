@@ -27,8 +27,8 @@ PYPA = ("wheel==0.48.0", "packaging==26.4", "urllib3==2.8.0")
 
 def has_pypa() -> bool:
     import importlib.util
-    return all(importlib.util.find_spec(name) is not None
-               for name in ("wheel", "packaging", "urllib3"))
+    from torch_backport import transport
+    return importlib.util.find_spec("wheel") is not None and transport.available()
 
 
 def pypa_python(cache: Path) -> str:

@@ -89,6 +89,8 @@ def refuse_link(path: Path, kind: str = "file") -> None:
 def refuse_links_below(root: Path, path: Path) -> None:
     """Refuse if `path` or any directory from `root` (trusted as given) down
     to it is a symbolic link."""
+    if ".." in path.parts or not path.is_relative_to(root):
+        raise Refused(f"{path} is not inside {root}; refused, nothing was written")
     relative = path.relative_to(root)
     at = root
     for index, part in enumerate(relative.parts):
@@ -108,7 +110,8 @@ def leftover_temps(target: Path) -> List[Path]:
     if not target.parent.is_dir():
         return []
     return sorted(target.parent / entry.name for entry in os.scandir(target.parent)
-                  if is_our_temp(entry.name, target.name))
+                  if is_our_temp(entry.name, target.name)
+                  and not entry.is_dir(follow_symlinks=False))
 
 
 def _new_file(directory: Path, prefix: str) -> Tuple[int, Path]:
@@ -168,6 +171,10 @@ def write_new(path: Path, data: bytes, mode: int = 0o644) -> None:
     """A file that must not exist yet, in a directory of ours: created with
     O_EXCL|O_NOFOLLOW, so nothing planted there is written through."""
     step(path)
+    _write_exclusive(path, data, mode)
+
+
+def _write_exclusive(path: Path, data: bytes, mode: int) -> None:
     handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         _fill(handle, data, mode, None)
@@ -209,7 +216,7 @@ def link_or_copy(source: Path, destination: Path) -> None:
     except FileExistsError:
         raise
     except OSError:
-        write_new(destination, source.read_bytes(), source.stat().st_mode & 0o7777)
+        _write_exclusive(destination, source.read_bytes(), source.stat().st_mode & 0o7777)
         own_like(destination, source)
 
 

@@ -23,9 +23,11 @@ standard library's `html.escape` and `urllib.parse.quote` write it.
 from __future__ import annotations
 
 import dataclasses
+import csv
 import html
 import re
 import zipfile
+import zlib
 from pathlib import Path
 from typing import List, Optional
 from urllib.parse import quote
@@ -62,12 +64,20 @@ def unreadable(wheel: Path, why: object) -> Refused:
                    "out of the directory or rebuild it; nothing was written")
 
 
+def refuse_big_record(wheel: Path) -> None:
+    """WheelFile inflates RECORD whole when it opens: its size is checked first."""
+    with zipfile.ZipFile(wheel) as opened:
+        for info in opened.infolist():
+            if info.filename.endswith(".dist-info/RECORD") and info.file_size > METADATA_CAP * 16:
+                raise unreadable(wheel, f"its RECORD claims {info.file_size} bytes")
+
+
 def read_listed(wheel: Path) -> Listed:
     """`wheel`'s METADATA, checked against its RECORD and its file name; or
     Refused."""
-    refuse_link(wheel)
     try:
         _, version, _, wheel_tags = parse_wheel_filename(wheel.name)
+        refuse_big_record(wheel)
         with WheelFile(str(wheel)) as opened:
             refuse_unsafe_names(opened.namelist(), str(wheel))
             name = f"{opened.dist_info_path}/METADATA"
@@ -76,7 +86,8 @@ def read_listed(wheel: Path) -> Listed:
                 raise unreadable(wheel, f"its METADATA is {size} bytes, over the "
                                         f"{METADATA_CAP} this index takes")
             data: bytes = opened.read(name)
-    except (InvalidWheelFilename, WheelError, zipfile.BadZipFile, KeyError, OSError) as problem:
+    except (InvalidWheelFilename, WheelError, zipfile.BadZipFile, KeyError, OSError, ValueError,
+            csv.Error, zlib.error, NotImplementedError, EOFError) as problem:
         raise unreadable(wheel, problem) from None
     odd = sorted(tag.platform for tag in wheel_tags if not PLATFORM_RE.fullmatch(tag.platform))
     if odd:

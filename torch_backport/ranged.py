@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from typing import Dict, Optional, Tuple
 
 from torch_backport.pip_config import shown_url
@@ -22,6 +23,7 @@ from torch_backport.transport import Transport, TransportError
 
 BLOCK = 256 * 1024
 BUDGET = 64 * 1024 * 1024  # one release's few files; torch's directory is ~2 MB
+READ_DEADLINE = 600.0  # seconds for all the requests of one wheel
 CONTENT_RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 
 
@@ -42,12 +44,13 @@ class RangedFile(io.RawIOBase):
         self.position = 0
         self.transferred = 0  # by this reader
         self.spent = 0  # by every reader of this URL: what the budget caps
+        self.started = time.monotonic()
         self.requests = 0
         self.blocks: Dict[int, bytes] = {}
         self.size: int = 0
         if earlier is not None:
             self.blocks, self.size = earlier.blocks, earlier.size
-            self.spent = earlier.spent
+            self.spent, self.started = earlier.spent, earlier.started
             return
         # The last 64 KiB holds the zip's end record: it also tells the size.
         tail, self.size = self._fetch(None, 65536)
@@ -55,6 +58,8 @@ class RangedFile(io.RawIOBase):
 
     def _fetch(self, start: Optional[int], length: int) -> Tuple[bytes, int]:
         where = shown_url(self.url)
+        if time.monotonic() - self.started > READ_DEADLINE:
+            raise NoRanges(f"{where}: not read within {READ_DEADLINE:.0f} s; refused")
         if self.spent + length > self.budget:
             raise NoRanges(f"{where}: reading it would take more than "
                            f"{self.budget // (1024 * 1024)} MB by range; refused")
@@ -120,6 +125,17 @@ class RangedFile(io.RawIOBase):
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
         self.position = max(0, base + offset)
         return self.position
+
+    def read(self, size: Optional[int] = -1) -> bytes:
+        """Up to `size` bytes; a read past the budget is refused before any
+        memory is set aside for it (a zip64 end record may claim exabytes)."""
+        wanted = self.size - self.position if size is None or size < 0 else size
+        wanted = max(0, min(wanted, self.size - self.position))
+        if wanted > self.budget:
+            raise NoRanges(f"{shown_url(self.url)}: a read of {wanted} bytes is more than "
+                           f"{self.budget // (1024 * 1024)} MB by range; refused")
+        buffer = bytearray(wanted)
+        return bytes(buffer[:self.readinto(buffer)])
 
     def readinto(self, buffer: "bytearray | memoryview") -> int:  # type: ignore[override]
         end = min(self.position + len(buffer), self.size)

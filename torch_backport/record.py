@@ -8,6 +8,7 @@ file alike (a wheel's dist-info read as a `PathDistribution`)."""
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import re
 import zipfile
@@ -95,7 +96,7 @@ def of_wheel(wheel: zipfile.ZipFile, project: str = "torch") -> Dict[str, str]:
     dist_info = dist_info_of(wheel.namelist(), project)
     try:
         return of_dist(metadata.PathDistribution(zipfile.Path(wheel, dist_info)))
-    except (TypeError, ValueError, UnicodeDecodeError) as problem:
+    except (TypeError, ValueError, UnicodeDecodeError, csv.Error) as problem:
         raise Refused(f"{dist_info}RECORD cannot be read ({problem})") from None
 
 
@@ -106,7 +107,7 @@ def sizes_of_wheel(wheel: zipfile.ZipFile, project: str = "torch") -> Dict[str, 
     try:
         return {entry.as_posix(): entry.size for entry in dist.files or []
                 if entry.size is not None}
-    except (TypeError, ValueError, UnicodeDecodeError) as problem:
+    except (TypeError, ValueError, UnicodeDecodeError, csv.Error) as problem:
         raise Refused(f"{dist_info}RECORD cannot be read ({problem})") from None
 
 

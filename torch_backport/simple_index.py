@@ -23,7 +23,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from packaging import tags
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from torch_backport.pip_config import PipConfig, shown_url
 from torch_backport.platform_tags import platform_accepts
@@ -55,23 +55,39 @@ class AnchorParser(html.parser.HTMLParser):
 
 
 def parse_page(body: bytes, content_type: str, page_url: str) -> List[Link]:
-    """The links of a simple-API project page, JSON or HTML."""
+    """The links of a simple-API project page, JSON or HTML. A page may only
+    point at http(s) files, and a local page at local files too: a remote
+    index never names a path on this machine."""
     if "json" in content_type or (not content_type and body.lstrip()[:1] == b"{"):
-        data = json.loads(body)
-        return [Link(str(entry["filename"]), urllib.parse.urljoin(page_url, str(entry["url"])),
-                     entry.get("requires-python"), bool(entry.get("yanked", False)))
-                for entry in data.get("files", []) if isinstance(entry, dict)]
-    parser = AnchorParser()
-    parser.feed(body.decode("utf-8", "replace"))
+        links = json_links(json.loads(body), page_url)
+    else:
+        parser = AnchorParser()
+        parser.feed(body.decode("utf-8", "replace"))
+        links = []
+        for anchor in parser.anchors:
+            href = anchor.get("href")
+            if href:
+                url = urllib.parse.urljoin(page_url, href)
+                filename = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+                links.append(Link(filename, url, anchor.get("data-requires-python"),
+                                  "data-yanked" in anchor))
+    allowed = {"http", "https"} | ({"file"} if page_url.startswith("file:") else set())
+    return [link for link in links if urllib.parse.urlsplit(link.url).scheme in allowed]
+
+
+def json_links(data: object, page_url: str) -> List[Link]:
+    """PEP 691's files, each field checked for its type (a hostile page is
+    skipped where it lies, never a traceback)."""
+    files = data.get("files") if isinstance(data, dict) else None
     links = []
-    for anchor in parser.anchors:
-        href = anchor.get("href")
-        if not href:
+    for entry in files if isinstance(files, list) else []:
+        if not isinstance(entry, dict):
             continue
-        url = urllib.parse.urljoin(page_url, href)
-        filename = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
-        links.append(Link(filename, url, anchor.get("data-requires-python"),
-                          "data-yanked" in anchor))
+        name, url, requires = entry.get("filename"), entry.get("url"), entry.get("requires-python")
+        if isinstance(name, str) and isinstance(url, str):
+            links.append(Link(name, urllib.parse.urljoin(page_url, url),
+                              requires if isinstance(requires, str) else None,
+                              bool(entry.get("yanked", False))))
     return links
 
 
@@ -119,7 +135,7 @@ def choose(links: Iterable[Link], version: str, python: str,
                 if not SpecifierSet(link.requires_python).contains(python, prereleases=True):
                     continue
             except InvalidSpecifier:
-                continue
+                pass  # pip ignores a Requires-Python it cannot parse
         places = [rank[tag] for tag in file_tags if tag in rank]
         if not places:
             continue
@@ -180,15 +196,20 @@ def read_index_page(index: str, transport: Transport) -> List[Link]:
 def find_wheel(version: str, python: str, platform: Optional[str], config: PipConfig,
                transport: Transport) -> Tuple[Optional[Link], str]:
     """The link pip would choose for torch==`version`, or None and why."""
+    try:
+        Version(version)
+    except InvalidVersion:
+        return None, f"{version!r} is not a PEP 440 version"
     links: List[Link] = []
     try:
         for index in config.index_urls:
             links += index_page(index, transport)
         for location in config.find_links:
             links += find_links_page(location, transport)
-    except (TransportError, OSError, ValueError, KeyError, TypeError) as problem:
+        chosen = choose(links, version, python, target_tags(python, platform))
+    except (TransportError, OSError, ValueError, KeyError, TypeError, AttributeError,
+            RecursionError) as problem:
         return None, f"the index's simple API could not be read ({problem})"
-    chosen = choose(links, version, python, target_tags(python, platform))
     if chosen is None:
         where = ", ".join(shown_url(url) for url in [*config.index_urls, *config.find_links])
         return None, (f"no torch {version} wheel for this target on {where or 'no index'} "

@@ -203,6 +203,7 @@ def restore_pristine(install: Install, manifest: Manifest) -> List[str]:
     """Put every file the manifest names back to the wheel's bytes, from the backups."""
     restored: List[str] = []
     backups = install.state_dir / BACKUPS
+    refuse_links(install, sorted(manifest["pristine"]))  # an earlier series' files too
     for rel in sorted(manifest["pristine"]):
         target = install.path(rel)
         if (target.is_file() and not target.is_symlink()

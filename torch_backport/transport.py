@@ -24,7 +24,11 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import importlib.util
+import re
+import socket
 import ssl
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -35,16 +39,19 @@ from torch_backport.pip_config import load, origin, PipConfig, shown_url, withou
 
 try:
     import urllib3
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
     from urllib3.exceptions import HTTPError as Urllib3Error
 except ImportError:  # apply, --status, --revert and --verify need nothing installed
     urllib3 = None  # type: ignore[assignment]
     Urllib3Error = OSError  # type: ignore[assignment,misc]
 
+MIN_URLLIB3 = (2, 2)  # HTTPResponse.read1, for reads that return what has arrived
 MAX_REDIRECTS = 10
 DEADLINE = 300.0  # seconds for one whole request, body included
 CHUNK = 1 << 16
-INSTALL_HINT = ("reading remote wheels needs urllib3 2.x: `python3 -m pip install 'urllib3>=2'` "
-                "(`pip install .` of this project brings it)")
+INSTALL_HINT = ("reading remote wheels needs urllib3 2.2 or later and packaging: `python3 -m pip "
+                "install 'urllib3>=2.2' packaging` (`pip install .` of this project brings them)")
 
 
 class TransportError(Exception):
@@ -60,7 +67,11 @@ class Reply:
 
 
 def available() -> bool:
-    return urllib3 is not None
+    """urllib3 2.2 or later, and packaging (simple_index.py), can be imported."""
+    if urllib3 is None or importlib.util.find_spec("packaging") is None:
+        return False
+    found = tuple(int(part) for part in re.findall(r"\d+", getattr(urllib3, "__version__", "0"))[:2])
+    return found >= MIN_URLLIB3
 
 
 def used() -> Optional["Transport"]:
@@ -69,8 +80,51 @@ def used() -> Optional["Transport"]:
 
 
 def require() -> None:
-    if urllib3 is None:
+    if not available():
         raise Refused(INSTALL_HINT)
+
+
+class Watchdog:
+    """Ends one request at its deadline, wherever it waits (connecting, the
+    TLS handshake, the headers, the body): it shuts the sockets of the
+    connections the request used."""
+
+    def __init__(self) -> None:
+        self.connections: List[object] = []
+        self.fired = False
+
+    def fire(self) -> None:
+        self.fired = True
+        for connection in self.connections:
+            sock = getattr(connection, "sock", None)
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+_watching = threading.local()
+
+
+def watched(base: type) -> type:
+    """`base`'s connections, each told to the request's watchdog."""
+    class Watched(base):  # type: ignore[misc]
+        def request(self, *args: object, **kwargs: object) -> object:
+            dog = getattr(_watching, "dog", None)
+            if dog is not None:
+                dog.connections.append(self)
+            return super().request(*args, **kwargs)
+    return Watched
+
+
+def watched_pools() -> Dict[str, type]:
+    class Plain(HTTPConnectionPool):
+        ConnectionCls = watched(HTTPConnection)
+
+    class Secure(HTTPSConnectionPool):
+        ConnectionCls = watched(HTTPSConnection)
+    return {"http": Plain, "https": Secure}
 
 
 def basic(login: Optional[tuple]) -> Dict[str, str]:  # type: ignore[type-arg]
@@ -102,10 +156,14 @@ class Transport:
         return context
 
     def _proxy_for(self, url: str) -> Optional[str]:
+        """pip's `proxy` for every request (pip ignores NO_PROXY for it), else
+        the environment's, which NO_PROXY can bypass."""
+        if self.config.proxy:
+            return self.config.proxy
         scheme, host, _ = origin(url)
         if urllib.request.proxy_bypass(host):
             return None
-        return self.config.proxy or urllib.request.getproxies_environment().get(scheme)
+        return urllib.request.getproxies_environment().get(scheme)
 
     def _pool(self, url: str) -> "urllib3.PoolManager":
         verify = not self.config.trusts(url)
@@ -126,6 +184,7 @@ class Transport:
                     proxy_headers=headers, ssl_context=context)
             else:
                 self._pools[key] = urllib3.PoolManager(ssl_context=context)
+            self._pools[key].pool_classes_by_scheme = watched_pools()
         return self._pools[key]
 
     def get(self, url: str, limit: int, headers: Optional[Mapping[str, str]] = None,
@@ -161,6 +220,23 @@ class Transport:
         if left <= 0:
             raise TransportError(f"{shown_url(url)}: no reply within {self.deadline:.0f} s")
         per_read = min(self.config.timeout, left)
+        dog = _watching.dog = Watchdog()
+        timer = threading.Timer(left, dog.fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            return self._answer(url, headers, limit, started, wanted, per_read)
+        except TransportError:
+            if dog.fired:
+                raise TransportError(f"{shown_url(url)}: not finished within "
+                                     f"{self.deadline:.0f} s; refused") from None
+            raise
+        finally:
+            timer.cancel()
+            _watching.dog = None
+
+    def _answer(self, url: str, headers: Mapping[str, str], limit: int, started: float,
+                wanted: int, per_read: float) -> Reply:
         try:
             response = self._pool(url).urlopen(
                 "GET", url, headers={"Accept-Encoding": "identity", **headers},

@@ -16,8 +16,8 @@ from it), downloaded once with `pip download`."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
-import io
 import struct
 import subprocess
 import sys
@@ -39,7 +39,7 @@ MB = 1024 * 1024
 MEMBER_CAP = 64 * MB  # a member RECORD lists without a size
 # What a broken or hostile zip raises while a member is read.
 DECODING = (zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError, ValueError,
-            struct.error)
+            struct.error, csv.Error)
 # The host target's folder name (pip picks its wheel tag itself).
 HOST_PLATFORM = sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
@@ -186,8 +186,11 @@ class UnreadableMember(Refused):
 
 def check_member_size(info: zipfile.ZipInfo, size: Optional[int], where: str) -> None:
     # Deflate adds at most 5 bytes per 16 KiB block it stores, and a little more.
-    if size is None:
-        size = MEMBER_CAP
+    if size is None:  # RECORD gives no size: the cap, not a size to match
+        if info.file_size > MEMBER_CAP:
+            raise UnreadableMember(f"{where}: {info.filename} is {info.file_size} bytes; "
+                                   f"over {MEMBER_CAP} without a size in RECORD, refused")
+        size = info.file_size
     if info.file_size != size or info.compress_size > size + size // 1000 + 1024:
         raise UnreadableMember(
             f"{where}: {info.filename} is {info.file_size} bytes ({info.compress_size} "
@@ -201,7 +204,7 @@ def ranged_members(url: str, paths: Sequence[str]) -> ReleaseFiles:
     """`paths` of the wheel at `url`, by range; the blocks read are kept for
     the process, so each topic's read of the same release costs nothing more."""
     remote = _remote[url] = RangedFile(url, transport.shared(), earlier=_remote.get(url))
-    with zipfile.ZipFile(io.BufferedReader(remote, 1 << 16)) as wheel:
+    with zipfile.ZipFile(remote) as wheel:
         files = members(wheel, paths, shown_url(url))
     return ReleaseFiles("", files, f"{shown_url(url)} ({remote.transferred / MB:.1f} MB of "
                         f"{remote.size / MB:.0f} MB read by range, {remote.requests} requests)",
@@ -239,5 +242,5 @@ def release_files(version: str, paths: Sequence[str], cache: Path,
     try:
         with zipfile.ZipFile(wheel) as opened:
             return ReleaseFiles(version, members(opened, paths, str(wheel)), str(wheel))
-    except zipfile.BadZipFile as problem:
-        raise Refused(f"{wheel}: not a wheel ({problem})") from None
+    except (zipfile.BadZipFile, OSError) as problem:
+        raise Refused(f"{wheel}: cannot be read as a wheel ({problem})") from None

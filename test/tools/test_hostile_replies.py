@@ -10,14 +10,16 @@ from __future__ import annotations
 import io
 import json
 import re
+import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 import unittest
 import zipfile
 import zlib
-from typing import Dict, Iterator, List
+from typing import Callable, Dict, Iterator, List
 
 from local_servers import Answer, drip, ranges, Running, Seen, Server
 
@@ -56,6 +58,20 @@ def record_line(name: str, data: bytes, size: int | None = None) -> str:
 def read_member(data: bytes) -> Dict[str, bytes]:
     with zipfile.ZipFile(io.BytesIO(data)) as wheel:
         return members(wheel, [MEMBER], "the test wheel")
+
+
+def zeros_ending_in(size: int, tail: bytes) -> Callable[[Server, Seen], Answer]:
+    """A server of a `size`-byte file of zeros that ends in `tail`, each
+    range made on demand (the file need not fit in memory)."""
+    def handler(server: Server, seen: Seen) -> Answer:
+        found = re.fullmatch(r"bytes=(\d*)-(\d*)", seen.headers.get("Range", ""))
+        assert found is not None
+        first = size - int(found[2]) if not found[1] else int(found[1])
+        last = size - 1 if not found[1] else min(int(found[2]), size - 1)
+        body = bytes(max(0, min(last + 1, size - len(tail)) - first)) + \
+            tail[max(0, first - (size - len(tail))):last + 1 - (size - len(tail))]
+        return 206, {"Content-Range": f"bytes {first}-{last}/{size}"}, body
+    return handler
 
 
 def zeros(total: int) -> Iterator[bytes]:
@@ -111,20 +127,28 @@ class LyingZipTest(unittest.TestCase):
         end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, claimed, size - 22 - claimed, 0)
         tail = bytes(65536 - len(end)) + end
 
-        def handler(server: Server, seen: Seen) -> Answer:
-            # A 300 MB file of zeros that ends in `tail`, each range made on demand.
-            found = re.fullmatch(r"bytes=(\d*)-(\d*)", seen.headers.get("Range", ""))
-            assert found is not None
-            first = size - int(found[2]) if not found[1] else int(found[1])
-            last = size - 1 if not found[1] else min(int(found[2]), size - 1)
-            body = bytes(max(0, min(last + 1, size - len(tail)) - first)) + \
-                tail[max(0, first - (size - len(tail))):last + 1 - (size - len(tail))]
-            return 206, {"Content-Range": f"bytes {first}-{last}/{size}"}, body
+        handler = zeros_ending_in(size, tail)
 
         with Running(handler) as server:
             with self.assertRaisesRegex(NoRanges, "more than 64 MB by range; refused"):
                 remote = RangedFile(f"{server.base}/torch.whl", transport())
-                zipfile.ZipFile(io.BufferedReader(remote, 1 << 16))
+                zipfile.ZipFile(remote)
+        self.assertLess(server.sent, MB)
+
+    def test_a_zip64_directory_claimed_at_exabytes_is_refused_before_memory_is_set_aside(
+            self) -> None:
+        size, claimed = 2 ** 62, 2 ** 61
+        offset = size - 22 - 20 - 56 - claimed
+        end = (struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, 1, 1, claimed, offset)
+               + struct.pack("<4sLQL", b"PK\x06\x07", 0, size - 22 - 20 - 56, 1)
+               + struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF,
+                             0xFFFFFFFF, 0))
+        tail = bytes(65536 - len(end)) + end
+
+        with Running(zeros_ending_in(size, tail)) as server:
+            remote = RangedFile(f"{server.base}/torch.whl", transport())
+            with self.assertRaisesRegex(NoRanges, "more than 64 MB by range; refused"):
+                zipfile.ZipFile(remote)
         self.assertLess(server.sent, MB)
 
     def test_a_member_longer_than_record_says_is_not_fetched(self) -> None:
@@ -136,7 +160,7 @@ class LyingZipTest(unittest.TestCase):
 
         with Running(handler) as server:
             remote = RangedFile(f"{server.base}/torch.whl", transport())
-            with zipfile.ZipFile(io.BufferedReader(remote, 1 << 16)) as wheel:
+            with zipfile.ZipFile(remote) as wheel:
                 with self.assertRaisesRegex(UnreadableMember, "where RECORD says 33; refused"):
                     members(wheel, [MEMBER], "the test wheel")
         self.assertLess(server.sent, MB)
@@ -203,6 +227,37 @@ class SlowServerTest(unittest.TestCase):
                 transport(deadline=2).get(f"{server.base}/simple/torch/", MB)
             self.assertLess(time.monotonic() - started, 6)
         self.assertLess(server.sent, 1000)
+
+
+    def test_a_server_that_drips_its_headers_is_cut_off_at_the_deadline(self) -> None:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        stop = threading.Event()
+
+        def serve() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 1000:
+                    if stop.wait(0.2):
+                        return
+                    try:
+                        connection.sendall(bytes([byte]))
+                    except OSError:
+                        return
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        started = time.monotonic()
+        try:
+            with self.assertRaisesRegex(TransportError, "not finished within 2 s; refused"):
+                transport(deadline=2).get(f"http://127.0.0.1:{listener.getsockname()[1]}/", MB)
+            self.assertLess(time.monotonic() - started, 6)
+        finally:
+            stop.set()
+            thread.join(5)
+            listener.close()
 
 
 if __name__ == "__main__":

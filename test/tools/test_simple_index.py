@@ -8,7 +8,6 @@ what it sent."""
 
 from __future__ import annotations
 
-import io
 import random
 import unittest
 import zipfile
@@ -88,6 +87,36 @@ class ParsePageTest(unittest.TestCase):
                          [Link(name, f"http://127.0.0.1:9/files/{name}", ">=3.9", False)])
 
 
+class HostilePageTest(unittest.TestCase):
+    def find(self, body: bytes) -> tuple[object, str]:
+        def handler(server: Server, seen: Seen) -> Answer:
+            return 200, {"Content-Type": "application/vnd.pypi.simple.v1+json"}, body
+
+        with Running(handler) as server:
+            config = from_options({"index-url": f"{server.base}/simple"})
+            return find_wheel("2.11.0", "3.11", LINUX, config, Transport(config))
+
+    def test_pages_of_the_wrong_shape_say_why_and_raise_nothing(self) -> None:
+        name = f"torch-2.11.0-cp311-cp311-{LINUX}.whl"
+        for body in (b"[]", b"[" * 200000, b'{"files": 5}',
+                     b'{"files": [{"filename": "%s", "url": 5, "requires-python": 5}]}'
+                     % name.encode()):
+            with self.subTest(body=body[:40]):
+                found, why = self.find(body)
+                self.assertIsNone(found)
+                self.assertRegex(why, r"could not be read|no torch 2\.11\.0 wheel")
+
+    def test_a_remote_page_cannot_name_a_local_file(self) -> None:
+        name = f"torch-2.11.0-cp311-cp311-{LINUX}.whl"
+        found, why = self.find(simple_page([(name, f"file:///tmp/{name}")]))
+        self.assertEqual((found, why.split(" (")[-1]), (None, "0 torch files listed)"))
+
+    def test_a_version_that_is_not_pep_440_is_said(self) -> None:
+        config = from_options({"no-index": "1"})
+        self.assertEqual(find_wheel("2.12.1x", "3.11", LINUX, config, Transport(config)),
+                         (None, "'2.12.1x' is not a PEP 440 version"))
+
+
 class PipSettingsTest(unittest.TestCase):
     def test_the_environment_outranks_download_which_outranks_global(self) -> None:
         listing = ("global.index-url='https://global.example/simple'\n"
@@ -127,7 +156,7 @@ class IndexOverHttpTest(unittest.TestCase):
             found, why = find_wheel("2.11.0", "3.11", LINUX, config, transport)
             self.assertEqual((found and found.url, why), (f"{server.base}/files/{name}", ""))
             remote = RangedFile(found.url, transport)  # type: ignore[union-attr]
-            with zipfile.ZipFile(io.BufferedReader(remote, 1 << 16)) as wheel:
+            with zipfile.ZipFile(remote) as wheel:
                 self.assertEqual(members(wheel, [MEMBER], "test"), {MEMBER: SOURCE})
         self.assertLess(server.sent, len(data) // 4)
         self.assertEqual(transport.received, server.sent)

@@ -96,14 +96,22 @@ def apply_sh(*args: str, cwd: Path | None = None,
                           env=env, capture_output=True, text=True, timeout=900)
 
 
+# The matrix hard-links files of 1 MiB or more that venvs share byte for byte
+# (test/harness/venvs.py, `hardlink --ignore-time`) whenever a venv finishes
+# installing, beside running jobs: such a file may take its twin's mtime.
+SHARED_BY_THE_HARNESS = 1024 * 1024
+
+
 def site_packages_snapshot() -> dict[str, tuple[int, int]]:
-    """Every file under this venv's site-packages: (size, mtime)."""
+    """Every file under this venv's site-packages: (size, mtime); the size
+    only for a file the harness may hard-link to a twin meanwhile."""
     site = Path(torch.__file__).resolve().parents[1]
     found = {}
     for folder, _, files in os.walk(site):
         for name in files:
             stat = os.lstat(os.path.join(folder, name))
-            found[os.path.join(folder, name)] = (stat.st_size, stat.st_mtime_ns)
+            found[os.path.join(folder, name)] = (
+                stat.st_size, stat.st_mtime_ns if stat.st_size < SHARED_BY_THE_HARNESS else 0)
     return found
 
 

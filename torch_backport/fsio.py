@@ -150,7 +150,7 @@ def write_temp(target: Path, data: bytes, mode: int) -> Path:
     """`data`, fsynced, in a new temporary file beside `target`; its path.
     A `target` that is a symbolic link is refused."""
     refuse_link(target)
-    step(target.with_name(f".{target.name}{TEMP_SUFFIX}"))
+    step(target)
     return _new_temp(target, data, mode,
                      owner_to_give(target if target.exists() else target.parent))
 
@@ -188,7 +188,7 @@ def link_temp(source: Path, target: Path, mode: int) -> Path:
     replaced by rename), else a copy; its mode set on the open file."""
     refuse_link(target)
     refuse_link(target.parent, "directory")
-    step(target.with_name(f".{target.name}{TEMP_SUFFIX}"))
+    step(target)
     for _ in range(100):
         tmp = target.with_name(f".{target.name}.{secrets.token_hex(8)}{TEMP_SUFFIX}")
         try:

@@ -40,7 +40,8 @@ from wheel.wheelfile import WheelError, WheelFile
 
 from torch_backport.errors import Refused
 from torch_backport.fsio import atomic_write, refuse_link, refuse_links_below
-from torch_backport.record import file_sha256, refuse_unsafe_names, sha256_hex
+from torch_backport.record import (file_sha256, oversized_record, refuse_unsafe_names,
+                                   sha256_hex)
 
 PROJECT = "torch"
 WHEELS = f"{PROJECT}-*.whl"
@@ -64,20 +65,15 @@ def unreadable(wheel: Path, why: object) -> Refused:
                    "out of the directory or rebuild it; nothing was written")
 
 
-def refuse_big_record(wheel: Path) -> None:
-    """WheelFile inflates RECORD whole when it opens: its size is checked first."""
-    with zipfile.ZipFile(wheel) as opened:
-        for info in opened.infolist():
-            if info.filename.endswith(".dist-info/RECORD") and info.file_size > METADATA_CAP * 16:
-                raise unreadable(wheel, f"its RECORD claims {info.file_size} bytes")
-
-
 def read_listed(wheel: Path) -> Listed:
     """`wheel`'s METADATA, checked against its RECORD and its file name; or
     Refused."""
     try:
         _, version, _, wheel_tags = parse_wheel_filename(wheel.name)
-        refuse_big_record(wheel)
+        with zipfile.ZipFile(wheel) as plain:  # WheelFile inflates RECORD as it opens
+            oversized = oversized_record(plain)
+        if oversized is not None:
+            raise unreadable(wheel, f"its RECORD claims {oversized.file_size} bytes")
         with WheelFile(str(wheel)) as opened:
             refuse_unsafe_names(opened.namelist(), str(wheel))
             name = f"{opened.dist_info_path}/METADATA"

@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import urllib.parse
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 PYPI = "https://pypi.org/simple"
 DEFAULT_TIMEOUT = 15.0  # pip's own default, seconds per socket read
@@ -168,8 +168,3 @@ def load() -> PipConfig:
     """This machine's pip configuration (files and PIP_* variables)."""
     return from_options(options())
 
-
-def option_lines(config: PipConfig) -> List[str]:
-    """The settings as a user may read them (no password), for messages."""
-    return [f"index {shown_url(url)}" for url in config.index_urls] + \
-           [f"find-links {shown_url(link)}" for link in config.find_links]

@@ -14,11 +14,12 @@ import re
 import zipfile
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Optional
 
 from torch_backport.errors import Refused
 
 CHUNK = 1 << 20
+RECORD_CAP = 64 * 1024 * 1024  # torch's RECORD is about 2 MB
 DRIVE_RE = re.compile(r"^[A-Za-z]:")
 
 
@@ -75,10 +76,15 @@ def file_digest(path: Path) -> str:
     return base64.urlsafe_b64encode(_file_hash(path).digest()).rstrip(b"=").decode()
 
 
+def of_entries(entries: List[metadata.PackagePath]) -> Dict[str, str]:
+    """path -> RECORD sha256 digest of every hashed entry."""
+    return {entry.as_posix(): entry.hash.value for entry in entries
+            if entry.hash is not None and entry.hash.mode == "sha256"}
+
+
 def of_dist(dist: metadata.Distribution) -> Dict[str, str]:
     """path -> RECORD sha256 digest of every hashed file of `dist`."""
-    return {entry.as_posix(): entry.hash.value for entry in dist.files or []
-            if entry.hash is not None and entry.hash.mode == "sha256"}
+    return of_entries(dist.files or [])
 
 
 def dist_info_of(names: List[str], project: str = "torch") -> str:
@@ -91,24 +97,25 @@ def dist_info_of(names: List[str], project: str = "torch") -> str:
     raise Refused(f"no {project}-*.dist-info/RECORD in the wheel")
 
 
+def oversized_record(wheel: zipfile.ZipFile) -> Optional[zipfile.ZipInfo]:
+    """A RECORD of `wheel` bigger than RECORD_CAP (zipfile and WheelFile
+    inflate RECORD whole), or None."""
+    return next((info for info in wheel.infolist() if info.filename.endswith(".dist-info/RECORD")
+                 and info.file_size > RECORD_CAP), None)
+
+
+def entries_of_wheel(wheel: zipfile.ZipFile, project: str = "torch") -> List[metadata.PackagePath]:
+    """A wheel file's own RECORD, each entry with its hash and size."""
+    dist_info = dist_info_of(wheel.namelist(), project)
+    try:
+        return list(metadata.PathDistribution(zipfile.Path(wheel, dist_info)).files or [])
+    except (TypeError, ValueError, UnicodeDecodeError, csv.Error) as problem:
+        raise Refused(f"{dist_info}RECORD cannot be read ({problem})") from None
+
+
 def of_wheel(wheel: zipfile.ZipFile, project: str = "torch") -> Dict[str, str]:
     """path -> RECORD sha256 digest, from a wheel file's own RECORD."""
-    dist_info = dist_info_of(wheel.namelist(), project)
-    try:
-        return of_dist(metadata.PathDistribution(zipfile.Path(wheel, dist_info)))
-    except (TypeError, ValueError, UnicodeDecodeError, csv.Error) as problem:
-        raise Refused(f"{dist_info}RECORD cannot be read ({problem})") from None
-
-
-def sizes_of_wheel(wheel: zipfile.ZipFile, project: str = "torch") -> Dict[str, int]:
-    """path -> size in bytes, for every RECORD entry of a wheel that gives one."""
-    dist_info = dist_info_of(wheel.namelist(), project)
-    dist = metadata.PathDistribution(zipfile.Path(wheel, dist_info))
-    try:
-        return {entry.as_posix(): entry.size for entry in dist.files or []
-                if entry.size is not None}
-    except (TypeError, ValueError, UnicodeDecodeError, csv.Error) as problem:
-        raise Refused(f"{dist_info}RECORD cannot be read ({problem})") from None
+    return of_entries(entries_of_wheel(wheel, project))
 
 
 def mismatches(files: Mapping[str, bytes], record: Mapping[str, str]) -> List[str]:

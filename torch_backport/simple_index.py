@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import html.parser
 import json
+import re
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -26,7 +27,6 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from torch_backport.pip_config import PipConfig, shown_url
-from torch_backport.platform_tags import platform_accepts
 from torch_backport.transport import Transport, TransportError
 
 PROJECT = "torch"
@@ -98,24 +98,25 @@ def target_tags(python: str, platform: Optional[str]) -> List[tags.Tag]:
     version = tuple(int(part) for part in python.split("."))
     if platform is None:
         return list(tags.sys_tags())
-    platforms = [platform, *older_platforms(platform)]
-    found = [tag for tag in [*tags.cpython_tags(version, platforms=platforms),
-                             *tags.compatible_tags(version, platforms=platforms)]
-             if platform_accepts(platform, tag.platform) or tag.platform == "any"]
-    return found
+    platforms = compatible_platforms(platform)
+    return [*tags.cpython_tags(version, platforms=platforms),
+            *tags.compatible_tags(version, platforms=platforms)]
 
 
-def older_platforms(platform: str) -> List[str]:
-    """manylinux_2_28_x86_64 -> manylinux_2_27_x86_64 ... _2_5_, and the legacy names."""
-    parts = platform.split("_", 3)
-    if len(parts) < 4 or parts[0] not in ("manylinux", "macosx") or not parts[1].isdigit():
-        return []
-    kind, major, minor, arch = parts[0], int(parts[1]), parts[2], parts[3]
-    if kind == "macosx" or not minor.isdigit():
-        return []
-    older = [f"manylinux_{major}_{m}_{arch}" for m in range(int(minor) - 1, 4, -1)]
+def compatible_platforms(platform: str) -> List[str]:
+    """`platform` and the older ones of its architecture, best first:
+    manylinux_2_28_x86_64 -> ..._2_27_... down to _2_5_ and the legacy
+    names; macosx_15_0_arm64 -> packaging's own list down to 11.0."""
+    mac = re.fullmatch(r"macosx_(\d+)_(\d+)_(.+)", platform)
+    if mac:
+        return list(tags.mac_platforms((int(mac[1]), int(mac[2])), mac[3]))
+    linux = re.fullmatch(r"manylinux_(\d+)_(\d+)_(.+)", platform)
+    if not linux:
+        return [platform]
+    major, minor, arch = int(linux[1]), int(linux[2]), linux[3]
     legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-    return older + [f"{name}_{arch}" for m, name in legacy.items() if m <= int(minor)]
+    return ([f"manylinux_{major}_{m}_{arch}" for m in range(minor, 4, -1)]
+            + [f"{name}_{arch}" for m, name in legacy.items() if m <= minor])
 
 
 def choose(links: Iterable[Link], version: str, python: str,

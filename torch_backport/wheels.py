@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import re
 import struct
 import subprocess
 import sys
@@ -33,7 +34,6 @@ from torch_backport import pip_config, record, transport
 from torch_backport.errors import Refused
 from torch_backport.pip_config import pip_environment, shown_url
 from torch_backport.ranged import NoRanges, RangedFile
-from torch_backport.platform_tags import platform_accepts
 
 MB = 1024 * 1024
 MEMBER_CAP = 64 * MB  # a member RECORD lists without a size
@@ -79,6 +79,25 @@ class ReleaseFiles:
     files: Dict[str, bytes]
     source: str
     transferred: int = 0
+
+
+def platform_accepts(wanted: str, have: str) -> bool:
+    """Whether a wheel tagged `have` installs where pip's --platform is
+    `wanted`: the same tag, or an older manylinux or macOS of the same
+    architecture (pip takes those too)."""
+    def parts(tag: str) -> Optional[Tuple[str, Tuple[int, int], str]]:
+        legacy = {"manylinux2014": (2, 17), "manylinux2010": (2, 12), "manylinux1": (2, 5)}
+        for name, floor in legacy.items():
+            if tag.startswith(name + "_"):
+                return "manylinux", floor, tag[len(name) + 1:]
+        found = re.fullmatch(r"(manylinux|macosx)_(\d+)_(\d+)_(.+)", tag)
+        return (found[1], (int(found[2]), int(found[3])), found[4]) if found else None
+
+    if wanted == have:
+        return True
+    mine, theirs = parts(wanted), parts(have)
+    return (mine is not None and theirs is not None and mine[0] == theirs[0]
+            and mine[2] == theirs[2] and theirs[1] <= mine[1])
 
 
 def host_accepts(have: str) -> bool:
@@ -160,13 +179,15 @@ def members(wheel: zipfile.ZipFile, paths: Sequence[str], where: str) -> Dict[st
     before a byte of it is read, and what is inflated stops at RECORD's
     size (zipfile stops at the directory's size, which must be RECORD's)."""
     names = set(wheel.namelist())
-    own_record = wheel.getinfo(record.dist_info_of(wheel.namelist()) + "RECORD")
-    if own_record.file_size > MEMBER_CAP:
-        raise UnreadableMember(f"{where}: its RECORD claims {own_record.file_size} bytes; refused")
+    oversized = record.oversized_record(wheel)
+    if oversized is not None:
+        raise UnreadableMember(f"{where}: its RECORD claims {oversized.file_size} bytes; refused")
     try:
-        listed, sizes = record.of_wheel(wheel), record.sizes_of_wheel(wheel)
+        entries = record.entries_of_wheel(wheel)
     except DECODING as problem:
         raise UnreadableMember(f"{where}: its RECORD cannot be read ({problem})") from None
+    listed = record.of_entries(entries)
+    sizes = {entry.as_posix(): entry.size for entry in entries if entry.size is not None}
     for rel in paths:
         if rel in listed and rel not in names:
             raise Refused(f"{where}: RECORD lists {rel} but the wheel has no such member")

@@ -19,7 +19,7 @@ PACKAGE = REPO / "torch_backport"
 TIERS = [
     ("outside things and primitives",
      {"__init__", "errors", "fsio", "ranged", "git", "record", "tables", "wheels",
-      "pip_config", "transport", "simple_index", "platform_tags"}),
+      "pip_config", "transport", "simple_index"}),
     ("the series model", {"patchfile", "series", "apply", "identify", "releases"}),
     ("reading a target", {"install", "install_state", "wheel_status", "history",
                           "checkout_base", "pristine"}),

@@ -48,6 +48,11 @@ class ChooseTest(unittest.TestCase):
         older = link("torch-2.11.0-cp311-cp311-manylinux2014_x86_64.whl")
         self.assertEqual(choose([older], "2.11.0", "3.11", accepted()), older)
 
+    def test_an_older_macos_is_taken_for_a_newer_target(self) -> None:
+        older = link("torch-2.11.0-cp311-none-macosx_11_0_arm64.whl")
+        self.assertEqual(choose([older], "2.11.0", "3.11", accepted(platform="macosx_15_0_arm64")),
+                         older)
+
     def test_a_yanked_file_is_skipped(self) -> None:
         self.assertIsNone(choose([link(f"torch-2.11.0-cp311-cp311-{LINUX}.whl", yanked=True)],
                                  "2.11.0", "3.11", accepted()))

@@ -46,10 +46,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-import torch_backport.series as model  # noqa: E402
-from torch_backport.git import git_blob_id  # noqa: E402
-from torch_backport.identify import topic_files  # noqa: E402
-from torch_backport.fsio import cache_dir  # noqa: E402
+import torch_backport.patchset.series as model  # noqa: E402
+from torch_backport.infra.git import git_blob_id  # noqa: E402
+from torch_backport.patchset.identify import topic_files  # noqa: E402
+from torch_backport.infra.fsio import cache_dir  # noqa: E402
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Release Engineer", "GIT_AUTHOR_EMAIL": "release@example.com",

@@ -1,7 +1,7 @@
 """scripts/check-patches: every series of every topic, checked whole and
 against its base's pristine files (the help text says what is checked).
 With --python it runs itself again under that interpreter, whose torch it
-reads through importlib.metadata (torch_backport/pristine.py)."""
+reads through importlib.metadata (torch_backport/installed/pristine.py)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,18 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from maint import grammar
-from torch_backport import pristine, record, wheel_mode
-from torch_backport.apply import apply_series
-from torch_backport import series as model
-from torch_backport.errors import Refused, UsageError
-from torch_backport.fsio import cache_dir
-from torch_backport.git import Git, git_blob_id
-from torch_backport.patchfile import parse_patch
+from torch_backport.installed import pristine
+from torch_backport.infra import record
+from torch_backport.installed.install import find_install
+from torch_backport.installed.state import State
+from torch_backport.installed.status import inspect
+from maint.choose import stock_venv_python
+from torch_backport.patchset.apply import apply_series
+from torch_backport.patchset import series as model
+from torch_backport.infra.errors import Refused, report, UsageError
+from torch_backport.infra.fsio import cache_dir
+from torch_backport.infra.git import Git, git_blob_id
+from torch_backport.patchset.patchfile import parse_patch
 
 PROG = "check-patches"
 LAUNCHER = Path(__file__).resolve().parents[1] / "scripts" / "check-patches"
@@ -36,7 +41,7 @@ patches/ (or DIR):
 - no .patch file in the directory is left out of `series`;
 - each patch carries its provenance (What/Why/Differs from upstream, Origin,
   Applied-Upstream, Last-Update) and has LF line endings;
-- each patch is whole (torch_backport/series.py): every file its diffstat
+- each patch is whole (torch_backport/patchset/series.py): every file its diffstat
   names has a diff, the hunks' line counts and the diffstat's insertions and
   deletions add up, `index` lines are full-length blob pairs, paths stay under
   torch/; and applying it produces exactly the post-image blobs it names;
@@ -113,7 +118,7 @@ def pristine_for(series: model.Series, use_install: bool, cache: Path) -> Dict[s
     if use_install:
         return pristine.this_install(series)
     return pristine.base_files(series, cache,
-                               pythons=(pristine.stock_venv_python(cache, series.version),))
+                               pythons=(stock_venv_python(cache, series.version),))
 
 
 def pristine_problems(series: model.Series, pristine_files: Dict[str, bytes]) -> List[str]:
@@ -188,9 +193,8 @@ def under_python(python: str, argv: Sequence[str]) -> None:
                if probe.returncode == 0 else ())
     if version < (3, 9):
         # exit 2 with this one line, as before (test_reliability.py holds it)
-        print(f"{PROG}: {python} is Python {probe.stdout.strip() or '(unknown)'}; it needs "
-              "Python 3.9 or later", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(report(UsageError(f"{python} is Python {probe.stdout.strip() or '(unknown)'}; "
+                                   "it needs Python 3.9 or later"), f"scripts/{PROG}"))
     os.environ[UNDER_PY] = "1"
     sys.stdout.flush()
     os.execv(python, [python, str(LAUNCHER), *argv])
@@ -206,7 +210,7 @@ def check_topic(topic: model.Topic, request: Request, cache: Path) -> List[str]:
             else:
                 print(f"{base} {topic.name}: no series for this base")
             continue
-        from_install = bool(request.python) and wheel_mode.installed_base(topic) == base
+        from_install = bool(request.python) and installed_base(topic) == base
         found = check_base(base, topic, from_install, cache)
         label = base if topic.primary else f"{base} {topic.name}"
         print(f"{label}: {'ok' if not found else f'{len(found)} problem(s)'}")
@@ -237,3 +241,14 @@ def check(request: Request, argv: Sequence[str]) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     return grammar.main(PROG, HELP, args, read, lambda request: check(request, args))
+
+
+def installed_base(topic: model.Topic) -> Optional[str]:
+    """The base whose pristine or patched files this interpreter's torch holds."""
+    try:
+        status = inspect(find_install(topic))
+    except Refused:
+        return None
+    if status.series is None or status.state not in (State.PRISTINE, State.PATCHED):
+        return None
+    return status.series.base

@@ -1,5 +1,5 @@
 """What new-base gives each topic of a release: the release's files (an
-install's, or the wheel's by byte range: torch_backport/pristine.py and
+install's, or the wheel's by byte range: torch_backport/installed/pristine.py and
 wheels.py), then a base's row when they are that base's files, "has it"
 when the change is upstream, else a replay of the nearest base's series
 (maint/replay.py) staged for writing (maint/write.py), or a conflict left
@@ -15,13 +15,16 @@ from typing import List, Optional, Tuple
 from maint import replay as scratch
 from maint import write
 from maint.request import Request
-from torch_backport import pristine, tables, wheels
-from torch_backport.errors import Refused, shown
-from torch_backport.releases import HAS_IT, NOT_YET
-from torch_backport.identify import identify, version_preference
-from torch_backport.series import (fixed_bases, load_series, pristine_blobs, Series,
+from torch_backport.installed import pristine
+from torch_backport.infra import tables
+from torch_backport.download import release_wheels
+from torch_backport.infra.errors import Refused
+from torch_backport.infra.paths import shown
+from torch_backport.patchset.releases import HAS_IT, NOT_YET
+from torch_backport.patchset.identify import identify, Match, version_preference
+from torch_backport.patchset.series import (fixed_bases, load_series, pristine_blobs, Series,
                                    supported_bases, Topic)
-from torch_backport.wheels import ReleaseFiles
+from torch_backport.download.release_wheels import ReleaseFiles
 
 
 @dataclasses.dataclass
@@ -50,7 +53,7 @@ class Run:
         version = series.version
         found = pristine.base_release(series, self.cache, pythons=(
             self.request.base_pythons.get(version),
-            pristine.stock_venv_python(self.cache, version)))
+            stock_venv_python(self.cache, version)))
         self.reads.append(found)
         return found
 
@@ -64,7 +67,7 @@ def release_files(run: Run, paths: List[str]) -> ReleaseFiles:
     """RELEASE's files: from --python's torch, else its wheel by byte range."""
     request = run.request
     if request.python is None:
-        found = wheels.release_files(request.release, paths, run.cache)
+        found = release_wheels.release_files(request.release, paths, run.cache)
     else:
         found = pristine.install_files(request.python, paths)
         if tables.release_numbers(found.version) != tables.release_numbers(request.release):
@@ -187,10 +190,10 @@ def exact_or_upstream(topic: Topic, files: ReleaseFiles, bases: List[str],
     None: a replay decides."""
     paths = sorted({rel for base in bases for rel in load_series(base, topic).touched})
     found = identify(topic, scratch.blobs_of(files, paths), files.version)
-    if found.series is not None and found.how == "pristine":
+    if found.series is not None and found.how is Match.PRISTINE:
         return Outcome(topic, found.series.base, [f"{topic.name}: {found.reason()}: "
                                                   f"the row names {found.series.base}"])
-    if found.series is not None and found.how == "patched":
+    if found.series is not None and found.how is Match.PATCHED:
         raise Refused(f"{files.source}: its files are already patched by "
                       f"{shown(found.series.directory)}; new-base needs stock files")
     if request.from_base is not None or not has_upstream(topic, files):
@@ -224,3 +227,8 @@ def outcome_for(topic: Topic, files: ReleaseFiles, run: Run) -> Outcome:
     if outcome.conflict:
         outcome.lines += others_that_merge(topic, ranked[1:], files, run)
     return outcome
+
+
+def stock_venv_python(cache: Path, version: str) -> str:
+    """The stock test venv of a release (scripts/test.sh makes them)."""
+    return str(cache / "venvs" / f"torch-{version}" / "bin" / "python")

@@ -1,24 +1,20 @@
 """The maintainer commands' grammar, with the conventions of
 torch_backport/cli.py: argparse without its own help or exits, the help
 text (usage first, exit codes last) printed for -h/--help, an option
-without its value named in the command's words, and every usage error as
-`<prog>: message` then `(see scripts/<prog> --help)`, exit 2. A refusal
-is `<prog>: message`, exit 1."""
+without its value named in the command's words, and every error said by
+errors.report as `scripts/<prog>: message` (a usage error, exit 2, then
+`(see scripts/<prog> --help)`; a refusal, exit 1)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
-from torch_backport.errors import Refused, UsageError
+from torch_backport.infra.errors import BackportError, report, UsageError
+from torch_backport.options import Parser
 
 Request = TypeVar("Request")
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse would exit here
-        raise UsageError(message)
 
 
 def parser(prog: str) -> Parser:
@@ -48,9 +44,8 @@ def parse(made: Parser, argv: Sequence[str], needs: Mapping[str, str]
     return known, rest
 
 
-def usage_error(prog: str, problem: object) -> int:
-    print(f"{prog}: {problem}\n(see scripts/{prog} --help)", file=sys.stderr)
-    return 2
+def usage_error(prog: str, problem: UsageError) -> int:
+    return report(problem, f"scripts/{prog}", see_help=True)
 
 
 def main(prog: str, help_text: str, argv: Optional[Sequence[str]],
@@ -67,11 +62,8 @@ def main(prog: str, help_text: str, argv: Optional[Sequence[str]],
         return 0
     try:
         return run(request)
-    except UsageError as problem:
-        return usage_error(prog, problem)
-    except Refused as problem:
-        print(f"{prog}: {problem}", file=sys.stderr)
-        return 1
+    except BackportError as problem:
+        return report(problem, f"scripts/{prog}", see_help=isinstance(problem, UsageError))
     except KeyboardInterrupt:
         print(f"{prog}: {interrupted}", file=sys.stderr)
         return 130

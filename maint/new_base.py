@@ -35,12 +35,14 @@ from typing import List, Optional, Sequence
 from maint import choose, grammar, request as grammar_of, update_docs, write
 from maint.choose import Outcome, Run
 from maint.request import Request
-from torch_backport import tables, transport
-from torch_backport.errors import Refused, shown, UsageError
-from torch_backport.fsio import atomic_write, cache_dir
-from torch_backport.releases import NOT_YET
-from torch_backport.series import load_series, Store, store, supported_bases, Topic
-from torch_backport.wheels import MB, received_line
+from torch_backport.infra import tables
+from torch_backport.download import transport
+from torch_backport.infra.errors import Refused, UsageError
+from torch_backport.infra.paths import shown
+from torch_backport.infra.fsio import atomic_write, cache_dir
+from torch_backport.patchset.releases import NOT_YET
+from torch_backport.patchset.series import load_series, Store, store, supported_bases, Topic
+from torch_backport.download.release_wheels import MB, received_line
 
 CLONE = Path(__file__).resolve().parents[1]
 INTERRUPTED = "interrupted; patches/ is as it was unless a 'wrote' line says otherwise"

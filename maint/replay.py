@@ -4,7 +4,7 @@ files and `git am -3` of the same patches onto it, so that every patch
 merges with the base's own files as the ancestor. A replay that stops at a
 conflict is left for a person (`git am --continue`); the next run picks up
 what they finished, recognised by the marker file in the repository's .git.
-Every git command goes through torch_backport/git.py (a scratch runner:
+Every git command goes through torch_backport/infra/git.py (a scratch runner:
 isolated configuration, a fixed identity and date)."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import shutil
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
-from torch_backport import git as gitrun
-from torch_backport.record import sha256_hex
-from torch_backport.git import git_blob_id
-from torch_backport.series import Series, Topic
-from torch_backport.wheels import ReleaseFiles
+from torch_backport.infra import git as gitrun
+from torch_backport.infra.record import sha256_hex
+from torch_backport.infra.git import git_blob_id
+from torch_backport.patchset.series import Series, Topic
+from torch_backport.download.release_wheels import ReleaseFiles
 
 MARKER = "pregrad-new-base.json"  # in the scratch repository's .git
 

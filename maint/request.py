@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from maint import grammar
-from torch_backport.errors import REPO, UsageError
+from torch_backport.options import Parser
+from torch_backport.infra.errors import UsageError
+from torch_backport.infra.paths import REPO
 
 PROG = "new-base"
 USAGE = """\
@@ -92,7 +94,7 @@ class Request:
     scratch: Optional[Path]
 
 
-def parser() -> grammar.Parser:
+def parser() -> Parser:
     made = grammar.parser(PROG)
     made.add_argument("--from", dest="from_base")
     made.add_argument("--topic", dest="topics", action="append", default=[])

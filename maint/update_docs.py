@@ -1,5 +1,5 @@
 """scripts/update-docs: README.md's supported-releases table, made from
-patches/releases.tsv and patches/topics.tsv (torch_backport/releases.py)."""
+patches/releases.tsv and patches/topics.tsv (read by torch_backport/patchset/releases.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,14 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from maint import grammar
-from torch_backport.errors import Refused, UsageError
-from torch_backport.fsio import atomic_write
-from torch_backport.releases import with_table
+from torch_backport.infra.errors import Failed, Refused, report, UsageError
+from torch_backport.infra.fsio import atomic_write
+from torch_backport.patchset.releases import (candidates, HAS_IT, NOT_YET, Release,
+                                               served)
+from torch_backport.patchset.series import Applied, load_series, store, Topic
 
+TABLE_BEGIN = "<!-- supported-releases: made by scripts/update-docs from patches/*.tsv -->"
+TABLE_END = "<!-- end of supported-releases -->"
 PROG = "update-docs"
 README = Path(__file__).resolve().parents[1] / "README.md"
 HELP = """\
@@ -45,9 +49,10 @@ def update(check: bool) -> int:
     try:
         text = README.read_text()
         made = with_table(text)
-    except (OSError, Refused) as problem:
-        print(f"{PROG}: {problem}", file=sys.stderr)
-        return 1
+    except Refused as problem:
+        return report(problem, f"scripts/{PROG}")
+    except OSError as problem:
+        return report(Failed(str(problem)), f"scripts/{PROG}")
     if made == text:
         print(f"{PROG}: {README.name}'s supported-releases table is up to date")
     elif check:
@@ -62,3 +67,43 @@ def update(check: bool) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     return grammar.main(PROG, HELP, argv, read, update)
+
+
+def readme_cell(release: Release, topic: Topic) -> str:
+    base = release.bases.get(topic.name, HAS_IT)
+    if base == HAS_IT:
+        return "has it upstream"
+    if base == NOT_YET:
+        return "not served yet (scripts/new-base stopped at a conflict)"
+    series = load_series(base, topic)
+    count = len(series.patches)
+    if base != f"v{release.version}":
+        return f"`{base}`'s series (its files are {base[1:]}'s)"
+    if topic.primary:
+        what = "the feature and its results fixes" if series.adds_feature else "results fixes"
+        return f"{what} (`{base}`, {count} patch{'es' if count > 1 else ''})"
+    return f"`{base}` ({count} patch{'es' if count > 1 else ''})"
+
+
+def readme_table() -> str:
+    """README's supported-releases table, markers included."""
+    every = list(store().topics)
+    heads = [f"`{topic.name}`" + (" (opt-in)" if topic.applied is Applied.OPT_IN else "")
+             for topic in every]
+    rows = ["| release | " + " | ".join(heads) + " |", "|---" * (len(every) + 1) + "|"]
+    pending = candidates()
+    for release in served():
+        cells = [readme_cell(release, topic) for topic in every]
+        name = release.version + (" (candidate: matrix not passed yet)"
+                                  if release.version in pending else "")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join([TABLE_BEGIN, *rows, TABLE_END])
+
+
+def with_table(readme: str) -> str:
+    """`readme` with its supported-releases table made anew."""
+    if TABLE_BEGIN not in readme or TABLE_END not in readme:
+        raise Refused(f"README.md has no '{TABLE_BEGIN}' ... '{TABLE_END}' block")
+    before = readme[:readme.index(TABLE_BEGIN)]
+    after = readme[readme.index(TABLE_END) + len(TABLE_END):]
+    return before + readme_table() + after

@@ -2,7 +2,7 @@
 holds it (format-patch files whose messages say where they came from,
 series, pristine.tsv), checked against the release's files, then moved into
 place; the release's patches/releases.tsv row and its patches/candidates.tsv
-entry, through torch_backport/tables.py (the tables' one home and their
+entry, through torch_backport/infra/tables.py (the tables' one home and their
 one version order)."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 from maint.replay import Finished, format_patches
-from torch_backport import tables
-from torch_backport.errors import shown
-from torch_backport.record import sha256_hex
-from torch_backport.apply import apply_series
-from torch_backport.git import git_blob_id
-from torch_backport.series import read_series, Series, Store, Topic
-from torch_backport.wheels import ReleaseFiles
+from torch_backport.infra import tables
+from torch_backport.infra.paths import shown
+from torch_backport.infra.record import sha256_hex
+from torch_backport.patchset.apply import apply_series
+from torch_backport.infra.git import git_blob_id
+from torch_backport.patchset.series import read_series, Series, Store, Topic
+from torch_backport.download.release_wheels import ReleaseFiles
 
 
 def rebased_message(text: str, base: str, release: str, how: str, today: str) -> str:

@@ -8,7 +8,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if ! command -v python3 >/dev/null; then
-  echo "apply.sh: needs python3 on PATH to read its arguments" >&2
+  echo "scripts/apply.sh: needs python3 on PATH to read its arguments" >&2
   exit 1
 fi
 exec python3 "$here/../torch_backport/_launch.py" apply "$@"

@@ -54,7 +54,7 @@ if __name__ == "__main__":
         # what it wrote, and says where the target stands.
         if _CTRL_C:
             signal.signal(signal.SIGINT, signal.default_int_handler)
-        sys.exit(cli.launched(sys.argv[1:]))
+        sys.exit(cli.from_launcher(sys.argv[1:]))
     except KeyboardInterrupt:
         # Before the command's own handler is in place (the first second),
         # or where a mode has none: one line, not a traceback.

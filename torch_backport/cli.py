@@ -1,12 +1,13 @@
-"""The command's one grammar: every option, mode rule and the help text of
-`scripts/apply.sh` (a clone) and `torch-backport apply` (installed).
+"""The command's one grammar: the mode rules of `scripts/apply.sh` (a clone)
+and `torch-backport apply` (installed), over the option table of options.py,
+and running the request they make.
 
 The arguments are parsed here, once, under whatever Python runs the command.
 Checkout mode and an overlay from the package index then run in this
 process; an installed wheel (and an overlay from one) runs in the target
-interpreter PY, which gets the parsed request as JSON through _launch.py and
-never imports from this command's own environment (its torch, if any, is not
-the one to patch).
+interpreter PY, which gets the request as an Order (infra/order.py) in JSON
+through _launch.py and never imports from this command's own environment
+(its torch, if any, is not the one to patch).
 
 Exit codes: 0 done or nothing to do; 1 refused or failed; 2 usage error;
 130 interrupted.
@@ -16,22 +17,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from torch_backport import __version__
-from torch_backport.engine import engine, has_pypa, in_target, pypa_python
-from torch_backport.errors import Failed, REPO, UsageError
-from torch_backport.fsio import cache_dir
+from torch_backport.engine import carry_out, has_pypa, in_target, pypa_python
+from torch_backport.infra.errors import BackportError, Failed, report, UsageError
+from torch_backport.infra.order import Order, Task
+from torch_backport.infra.paths import PACKAGE, REPO
+from torch_backport.infra.fsio import cache_dir
+from torch_backport import options
 from torch_backport.help_text import apply_help, BACKPORT_HELP
 
-PACKAGE = Path(__file__).resolve().parent
 # The clone's maintainer tools (maint/, run by scripts/<name>): not shipped.
 MAINTAINER_COMMANDS = ("new-base", "check-patches", "update-docs")
 
@@ -56,82 +58,21 @@ class Request:
     helping: bool = False
 
 
-# The message for an option given without its value.
-NEEDS = {
-    "--python": "--python needs an interpreter",
-    "--overlay": "--overlay needs a base, e.g. v2.11.0",
-    "--out": "--out needs a directory",
-    "--lock": "--lock needs a file name, e.g. dist/requirements.txt",
-    "--topic": "--topic needs a topic name (or default, or all)",
-    "--wheel": "--wheel needs a torch wheel file or torch==X",
-    "--expect": "--expect needs a state: --expect patched",
-    "--platform": "--platform needs a wheel platform tag, e.g. manylinux_2_28_aarch64",
-    "--python-version": "--python-version needs a version, e.g. 3.12",
-    "--model": "--model needs MODULE:FACTORY, e.g. mypkg.models:make_model",
-}
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse would exit here
-        raise UsageError(message)
-
-
-class _SetMode(argparse.Action):
-    """--status, --revert, --verify, --overlay BASE and --wheel IN: one of
-    them at most."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: Optional[str] = None) -> None:
-        assert option_string is not None
-        wanted = option_string[2:]
-        if namespace.command != "apply":
-            raise argparse.ArgumentError(None, f"--{namespace.command} and --{wanted} "
-                                               "do not go together")
-        namespace.command = wanted
-        if wanted == "overlay":
-            namespace.overlay_base = values
-        if wanted == "wheel":
-            namespace.wheel = values
-
-
-def _parser() -> _Parser:
-    parser = _Parser(prog="apply.sh", add_help=False, allow_abbrev=False,
-                     exit_on_error=False)
-    parser.set_defaults(command="apply", overlay_base=None, wheel=None)
-    parser.add_argument("-h", "--help", dest="helping", action="store_true")
-    parser.add_argument("--python")
-    parser.add_argument("--check", action="store_true")
-    parser.add_argument("--status", action=_SetMode, nargs=0)
-    parser.add_argument("--revert", action=_SetMode, nargs=0)
-    parser.add_argument("--verify", action=_SetMode, nargs=0)
-    parser.add_argument("--model")
-    parser.add_argument("--overlay", action=_SetMode)
-    parser.add_argument("--wheel", action=_SetMode)
-    parser.add_argument("--out")
-    parser.add_argument("--lock")
-    parser.add_argument("--no-commit", action="store_true")
-    parser.add_argument("--topic", dest="topics", action="append", default=[])
-    parser.add_argument("--expect")
-    parser.add_argument("--platform", dest="platforms", action="append", default=[])
-    parser.add_argument("--python-version", dest="python_versions", action="append",
-                        default=[])
-    parser.add_argument("--all-platforms", action="store_true")
-    return parser
-
-
 def parse(argv: Sequence[str], default_python: Optional[str] = None) -> Request:
     """The request `argv` makes, or UsageError naming what is wrong. With
     `default_python` (torch-backport), an install is that interpreter's
     unless --python, a CHECKOUT, --overlay or --wheel says otherwise."""
     try:
-        known, rest = _parser().parse_known_args(list(argv))
+        known, rest = options.parser("apply.sh").parse_known_args(list(argv))
     except argparse.ArgumentError as problem:
-        if problem.argument_name in NEEDS and "expected one argument" in problem.message:
-            raise UsageError(NEEDS[problem.argument_name]) from None
+        needs = options.needs()
+        if problem.argument_name in needs and "expected one argument" in problem.message:
+            raise UsageError(needs[problem.argument_name]) from None
         raise UsageError(problem.message) from None
     request = Request(**{field.name: getattr(known, field.name)
                          for field in dataclasses.fields(Request) if field.name != "checkout"})
     if request.helping:
+        request.checkout = next((arg for arg in rest if not arg.startswith("-")), None)
         return request
     given = [arg for arg in argv if arg == "--python" or arg.startswith("--python=")]
     if len(given) > 1:
@@ -143,7 +84,7 @@ def parse(argv: Sequence[str], default_python: Optional[str] = None) -> Request:
             raise UsageError(f"one checkout at a time (got {request.checkout} and {arg})")
         request.checkout = arg
     if request.topics:
-        from torch_backport.series import topics
+        from torch_backport.patchset.series import topics
         names = [topic.name for topic in topics()]
         listed = ", ".join(names) + ", default, all"
         for name in request.topics:
@@ -259,8 +200,8 @@ def refuse_release_older_than_every_base(named: str) -> None:
     older than the oldest base can match no series, which is known from the
     version alone, before the wheel is downloaded. Any other release is
     decided by its files."""
-    from torch_backport.series import supported_bases
-    from torch_backport.tables import release_numbers
+    from torch_backport.patchset.series import supported_bases
+    from torch_backport.infra.tables import release_numbers
     wanted = re.fullmatch(r"(?:torch==|v)?(\d+(?:\.\d+)*)", named)
     if wanted is None:
         return
@@ -294,10 +235,10 @@ def checked_out_dir(out: str, option: str = "--out") -> None:
                      "was read or written")
 
 
-def execute(request: Request, command: str = "scripts/apply.sh") -> int:
-    """Run a parsed request: here, or in the target interpreter. `command`
-    is how the user ran this one (what --verify's advice names)."""
-    order: Dict[str, Any]
+def execute(request: Request, invoked_as: str = "scripts/apply.sh") -> int:
+    """Run a parsed request: here, or in the target interpreter. `invoked_as`
+    is how the user ran this command (its messages' prefix, --verify's advice)."""
+    order: Order
     needs_git = request.checkout is not None or request.command in ("apply", "wheel", "overlay")
     if needs_git and shutil.which("git") is None:
         raise Failed("git is not on PATH: the series are applied with git apply / git am; "
@@ -314,33 +255,33 @@ def execute(request: Request, command: str = "scripts/apply.sh") -> int:
                              "nothing was read or written")
         checked_cache_dir()
     if request.command == "wheel":
-        order = {"engine": "wheel-build", "source": request.wheel, "out": request.out,
-                 "platforms": request.platforms, "pythons": request.python_versions,
-                 "all_platforms": request.all_platforms,
-                 "cache": str(cache_dir()), "topics": request.topics,
-                 "check": request.check, "lock": request.lock}
+        order = Order(Task.BUILD_WHEEL, invoked_as, source=request.wheel, out=request.out,
+                      platforms=tuple(request.platforms),
+                      pythons=tuple(request.python_versions),
+                      all_platforms=request.all_platforms, cache=str(cache_dir()),
+                      topics=tuple(request.topics), check=request.check, lock=request.lock)
         if has_pypa():
-            return engine(order)
+            return carry_out(order)
         return in_target(pypa_python(cache_dir()), order)
     if request.command == "overlay":
         out = Path(request.out) if request.out else REPO / "overlay"
-        order = {"engine": "overlay", "base": request.overlay_base, "out": str(out),
-                 "cache": str(cache_dir()), "topics": request.topics}
+        order = Order(Task.OVERLAY, invoked_as, base=request.overlay_base, out=str(out),
+                      cache=str(cache_dir()), topics=tuple(request.topics))
         if request.python is not None:
             require_python(request.python)
-            return in_target(request.python, dict(order, from_install=True))
+            return in_target(request.python, dataclasses.replace(order, from_install=True))
         if has_pypa():
-            return engine(dict(order, from_install=False))
-        return in_target(pypa_python(cache_dir()), dict(order, from_install=False))
+            return carry_out(order)
+        return in_target(pypa_python(cache_dir()), order)
     if request.checkout is not None:
         if not os.path.exists(request.checkout):
             raise Failed(f"{request.checkout} does not exist")
         if os.path.isfile(request.checkout) and os.access(request.checkout, os.X_OK):
             raise Failed(f"{request.checkout} is a program, not a PyTorch checkout; to patch "
                          f"the torch of a Python interpreter, say --python {request.checkout}")
-        return engine({"engine": "checkout", "command": request.command,
-                       "checkout": request.checkout, "check": request.check,
-                       "no_commit": request.no_commit, "topics": request.topics})
+        return carry_out(Order(Task.CHECKOUT, invoked_as, request.command,
+                               checkout=request.checkout, check=request.check,
+                               commit=not request.no_commit, topics=tuple(request.topics)))
     assert request.python is not None
     require_python(request.python)
     # A mode rule, but checked after the interpreter, as apply.sh always did.
@@ -349,12 +290,12 @@ def execute(request: Request, command: str = "scripts/apply.sh") -> int:
     if request.command == "verify":
         # Set before PY starts: --verify writes no bytecode, its own included.
         os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
-        return in_target(request.python, {"engine": "verify", "topics": request.topics,
-                                          "model": request.model,
-                                          "command": command})
-    return in_target(request.python, {"engine": "wheel", "command": request.command,
-                                      "check": request.check, "topics": request.topics,
-                                      "expect": request.expect})
+        return in_target(request.python, Order(Task.VERIFY, invoked_as,
+                                               topics=tuple(request.topics),
+                                               model=request.model))
+    return in_target(request.python, Order(Task.INSTALL, invoked_as, request.command,
+                                           check=request.check, topics=tuple(request.topics),
+                                           expect=request.expect))
 
 
 def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
@@ -365,7 +306,9 @@ def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
         if request.helping:
             if prog_note:
                 print(prog_note)
-            print(apply_help(), end="")
+            modes = options.modes_of(request.command, request.checkout is not None,
+                                     request.python is not None)
+            print(apply_help(invoked_as(default_python), modes), end="")
             return 0
         if default_python is not None:
             if request.command == "overlay" and request.out is None:
@@ -374,19 +317,9 @@ def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
                     f"\nwould be inside site-packages ({PACKAGE})")
         return execute(request, invoked_as(default_python))
     # The installed command names itself: it has no scripts/apply.sh.
-    except UsageError as problem:
-        print(f"{command_name(default_python)}: {problem}\n(see {invoked_as(default_python)} "
-              "--help)",
-              file=sys.stderr)
-        return 2
-    except Failed as problem:
-        print(f"{command_name(default_python)}: {problem}", file=sys.stderr)
-        return 1
-
-
-def command_name(default_python: Optional[str]) -> str:
-    """How messages name this command."""
-    return "apply.sh" if default_python is None else "torch-backport apply"
+    except BackportError as problem:
+        return report(problem, invoked_as(default_python),
+                      see_help=isinstance(problem, UsageError))
 
 
 def invoked_as(default_python: Optional[str]) -> str:
@@ -395,8 +328,7 @@ def invoked_as(default_python: Optional[str]) -> str:
 
 
 def backport_usage_error(message: str) -> int:
-    print(f"torch-backport: {message}\n(see torch-backport --help)", file=sys.stderr)
-    return 2
+    return report(UsageError(message), "torch-backport", see_help=True)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -427,11 +359,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
 
 
-def launched(argv: List[str]) -> int:
+def from_launcher(argv: List[str]) -> int:
     """Entry from _launch.py: `apply ARGS` (scripts/apply.sh) or `engine ORDER`
     (the target interpreter)."""
     if argv[:1] == ["engine"]:
-        return engine(json.loads(argv[1]))
+        return carry_out(Order.from_json(argv[1]))
     return run_apply(argv[1:])
 
 

@@ -1,7 +1,7 @@
 """Carrying out a parsed request: in this process (a checkout, an overlay
 from the package index, --wheel where PyPA's wheel and packaging are here),
 or handed as JSON to the target interpreter PY through _launch.py (an
-installed wheel, an overlay from PY's install), which runs `engine` there.
+installed wheel, an overlay from PY's install), which runs `carry_out` there.
 Nothing here parses arguments: cli.py made the order."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict
 
-from torch_backport.errors import Failed
-from torch_backport.fsio import atomic_write, locked
+from torch_backport.infra.errors import Failed
+from torch_backport.infra.fsio import atomic_write, locked
+from torch_backport.infra.order import Order, Task
 
 LAUNCH = Path(__file__).resolve().parent / "_launch.py"
 
@@ -27,7 +27,7 @@ PYPA = ("wheel==0.48.0", "packaging==26.4", "urllib3==2.8.0")
 
 def has_pypa() -> bool:
     import importlib.util
-    from torch_backport import transport
+    from torch_backport.download import transport
     return importlib.util.find_spec("wheel") is not None and transport.available()
 
 
@@ -54,55 +54,58 @@ def pypa_python(cache: Path) -> str:
     return str(python)
 
 
-def in_target(python: str, order: Dict[str, Any]) -> int:
+def in_target(python: str, order: Order) -> int:
     """Hand `order` to the engine under `python`; returns only on failure."""
     sys.stdout.flush()
     sys.stderr.flush()
     # A bare name (`--python python3`) is looked up on PATH, as require_python's run did.
     path = python if os.sep in python else (shutil.which(python) or python)
-    os.execv(path, [path, str(LAUNCH), "engine", json.dumps(order)])
+    os.execv(path, [path, str(LAUNCH), "engine", order.to_json()])
 
 
-def engine(order: Dict[str, Any]) -> int:
-    """Carry out an order (in this interpreter: the target one for a wheel)."""
-    from torch_backport import driver
-    names = order.get("topics") or None  # an install-files order names none
-    if order["engine"] == "wheel-build" and (order.get("platforms") or order.get("all_platforms")):
-        from torch_backport.fleet import cmd_fleet, targets
-        release = order["source"].split("==", 1)[1]
-        return driver.generate(names, lambda chosen, optional: cmd_fleet(
-            release, targets(order["platforms"], order["pythons"], order["all_platforms"]),
-            order["all_platforms"], Path(order["out"]), Path(order["cache"]), chosen, optional,
-            order["check"]), "each wheel is written whole or not at all; the index is "
-            "written last")
-    if order["engine"] == "wheel-build":
-        from torch_backport.patched_wheel import cmd_wheel
+def carry_out(order: Order) -> int:
+    """Carry out `order` in this interpreter (the target one for an install)."""
+    from torch_backport.patchset import driver
+    names = list(order.topics) or None  # READ_INSTALL_FILES names none
+    if order.task is Task.BUILD_WHEEL:
+        # PyPA's wheel is imported only for a build: an install's PY may lack it.
+        from torch_backport.generated.fleet import cmd_fleet, targets
+        from torch_backport.generated.patched_wheel import BuildRequest, cmd_wheel
+        source, (out, cache) = order.source, order.written()
+        assert source is not None
+        if order.platforms or order.all_platforms:
+            fleet = targets(list(order.platforms), list(order.pythons), order.all_platforms)
+            return driver.generate(names, lambda chosen, optional: cmd_fleet(
+                source.split("==", 1)[1], fleet, order.all_platforms, cache,
+                BuildRequest(out, chosen, optional, order.check)),
+                "each wheel is written whole or not at all; the index is written last",
+                order.invoked_as)
         return driver.generate(names, lambda chosen, optional: cmd_wheel(
-            order["source"], Path(order["out"]), Path(order["cache"]), chosen, optional,
-            order["check"], order.get("lock")),
-            "the partial wheel was removed; nothing was written")
-    if order["engine"] == "overlay":
-        from torch_backport.overlay import cmd_overlay
+            source, cache, BuildRequest(out, chosen, optional, order.check, order.lock)),
+            "the partial wheel was removed; nothing was written", order.invoked_as)
+    if order.task is Task.OVERLAY:
+        from torch_backport.generated.overlay import cmd_overlay
+        base, (out, cache) = order.base, order.written()
+        assert base is not None
         # An overlay leaves no topic out: it is what was asked for, or nothing.
         return driver.generate(names, lambda chosen, optional: cmd_overlay(
-            order["base"], Path(order["out"]), order["from_install"], Path(order["cache"]),
-            chosen), "the output directory keeps a journal of what this run wrote; the "
-            "next run finishes or replaces it")
-    if order["engine"] == "install-files":
-        # Another interpreter reads this one's torch (pristine.install_files).
-        from torch_backport.pristine import probe
-        print(json.dumps(probe(order["paths"])))
+            base, out, order.from_install, cache, chosen), "the output directory keeps a journal of what this run wrote; the "
+            "next run finishes or replaces it", order.invoked_as)
+    if order.task is Task.READ_INSTALL_FILES:
+        from torch_backport.installed.pristine import probe
+        print(json.dumps(probe(list(order.paths))))
         return 0
-    if order["engine"] == "verify":
-        from torch_backport.verify import run
+    if order.task is Task.VERIFY:
+        from torch_backport.verify.command import run
         return run(order)
-    if order["engine"] == "checkout":
-        from torch_backport.checkout_mode import open_checkout
-        return driver.run(order["command"], names, order["check"], open_checkout(
-            Path(order["checkout"]).resolve(), order["command"], not order["no_commit"]))
-    from torch_backport.wheel_mode import open_install, without_torch
-    leftover = without_torch(order["command"], order["check"])
+    if order.task is Task.CHECKOUT:
+        from torch_backport.checkout.mode import open_checkout
+        assert order.checkout is not None
+        return driver.run(order.command, names, order.check, open_checkout(
+            Path(order.checkout).resolve(), order.command, order.commit), order.invoked_as)
+    from torch_backport.installed.mode import open_install, without_torch
+    leftover = without_torch(order.command, order.check)
     if leftover is not None:
         return leftover
-    return driver.run(order["command"], names, order["check"], open_install,
-                      order.get("expect"))
+    return driver.run(order.command, names, order.check, open_install, order.invoked_as,
+                      order.expect)

@@ -24,9 +24,9 @@ import unittest
 from importlib import metadata
 from pathlib import Path
 
-from torch_backport.record import file_sha256 as sha256
-from torch_backport.identify import topic_files
-from torch_backport.series import topics
+from torch_backport.infra.record import file_sha256 as sha256
+from torch_backport.patchset.identify import topic_files
+from torch_backport.patchset.series import topics
 
 REPO = Path(__file__).resolve().parents[2]
 APPLY = REPO / "scripts" / "apply.sh"

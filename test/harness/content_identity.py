@@ -34,7 +34,7 @@ from elftools.elf.elffile import ELFFile
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-from torch_backport.tables import read_releases, release_numbers  # noqa: E402
+from torch_backport.infra.tables import read_releases, release_numbers  # noqa: E402
 
 PATCHES = REPO / "patches"
 

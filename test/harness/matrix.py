@@ -80,9 +80,9 @@ from typing import Dict, List, Sequence, TextIO, Tuple
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-from torch_backport import tables  # noqa: E402
-from torch_backport.errors import Refused  # noqa: E402
-from torch_backport.fsio import cache_dir  # noqa: E402
+from torch_backport.infra import tables  # noqa: E402
+from torch_backport.infra.errors import Refused  # noqa: E402
+from torch_backport.infra.fsio import cache_dir  # noqa: E402
 
 import venvs  # noqa: E402
 from matrix_jobs import WHEEL_RELEASE, Build, Job, SetupFailed, Tier, plan  # noqa: E402

@@ -20,7 +20,7 @@ from typing import List, Optional, Tuple
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-from torch_backport.tables import read_releases, release_numbers  # noqa: E402
+from torch_backport.infra.tables import read_releases, release_numbers  # noqa: E402
 
 NEW_BASE = REPO / "scripts" / "new-base"
 Numbers = Tuple[int, ...]
@@ -31,7 +31,7 @@ FINAL_RELEASE = re.compile(r"\d+\.\d+\.\d+(?:\+\S+)?")
 
 
 def numbers(version: str) -> Optional[Numbers]:
-    """(2, 16, 0) for a final release 2.16.0, in torch_backport.tables'
+    """(2, 16, 0) for a final release 2.16.0, in torch_backport.infra.tables'
     version order; None for a pre-release or anything else."""
     return release_numbers(version.strip()) if FINAL_RELEASE.fullmatch(version.strip()) else None
 

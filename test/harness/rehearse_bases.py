@@ -26,8 +26,8 @@ from typing import Dict, List, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from torch_backport import series as model  # noqa: E402
-from torch_backport.tables import release_numbers  # noqa: E402
+from torch_backport.patchset import series as model  # noqa: E402
+from torch_backport.infra.tables import release_numbers  # noqa: E402
 
 NEW_BASE = REPO / "scripts" / "new-base"
 

@@ -3,7 +3,7 @@ it checks, PY, each as `PY -c SNIPPET ARGS`: only PY can tell, with its own
 sys.path, and it may be any Python 3.9+. Its torch and CUDA device; the test
 requirements it cannot import; its Python and platform, for pip download; the
 wheels of a directory whose distributions it lacks; and torch's RECORD,
-checked by torch_backport.record, the project's one RECORD check."""
+checked by torch_backport.infra.record, the project's one RECORD check."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ PLATFORM = ("import json, platform, sys, sysconfig\nprint(json.dumps([sysconfig.
 DISTRIBUTIONS = ("import importlib.metadata as m\n"
                  "for d in m.distributions(): print(d.metadata['Name'])")
 RECORD_CHECK = ("import sys\nsys.path.insert(0, sys.argv[1])\nfrom importlib import metadata\n"
-                "from torch_backport import record\ndist = metadata.distribution('torch')\n"
+                "from torch_backport.infra import record\ndist = metadata.distribution('torch')\n"
                 "print(len(record.of_dist(dist)))\nfor rel in record.installed_mismatches(dist):\n"
                 "    print(rel if dist.locate_file(rel).is_file() else rel + ' (missing)')")
 

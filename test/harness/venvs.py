@@ -49,8 +49,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, TextIO, Union
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-from torch_backport import pip_config  # noqa: E402  (the one reader of pip's settings)
-from torch_backport.fsio import cache_dir  # noqa: E402  (the one cache path)
+from torch_backport.download import pip_config  # noqa: E402  (the one reader of pip's settings)
+from torch_backport.infra.fsio import cache_dir  # noqa: E402  (the one cache path)
 
 REQUIREMENTS = REPO / "requirements" / "test.txt"
 TORCHAO_PINS = REPO / "test" / "torchao.tsv"

@@ -20,8 +20,8 @@ from hypothesis import given, HealthCheck, settings, strategies as st
 from checkout_repo import Checkout, make_checkout, site_of
 from fake_install import ScratchTestCase, source_python, STOCK, TOUCHED, UPSTREAM
 
-import torch_backport.series as model  # noqa: E402
-from torch_backport.apply import apply_series  # noqa: E402
+import torch_backport.patchset.series as model  # noqa: E402
+from torch_backport.patchset.apply import apply_series  # noqa: E402
 
 SERIES = model.load_series("v2.11.0")
 # The original topic alone: what most scenarios here are about (a plain

@@ -197,7 +197,7 @@ nothing to revert: pristine
         self.assertEqual(code, 1)
         self.assertExpectedInline(output, """\
 torch 2.11.0 in <site> (base v2.11.0, 8 patches)
-error: files differ from torch's RECORD, so nothing was changed:
+scripts/apply.sh: files differ from torch's RECORD, so nothing was changed:
   <site>/torch/_inductor/config.py: differs from the wheel and the series
 reinstall torch (<python> -m pip install --force-reinstall --no-deps torch==2.11.0) or undo the local edits
 """)
@@ -213,7 +213,7 @@ reinstall torch (<python> -m pip install --force-reinstall --no-deps torch==2.11
         self.assertEqual(code, 1)
         self.assertExpectedInline(output, """\
 torch 2.11.0 in <site> (base v2.11.0, 8 patches)
-error: files changed after the series was applied, so nothing was reverted:
+scripts/apply.sh: files changed after the series was applied, so nothing was reverted:
   <site>/torch/_inductor/codecache.py: differs from the wheel and the series
 reinstall torch (<python> -m pip install --force-reinstall --no-deps torch==2.11.0) to get the wheel's files back
 """)
@@ -247,7 +247,7 @@ applied 3 patches to 1 files; originals kept in <site>/.torch-pregrad-backport-a
         before = install.snapshot()
         code, output = install.run()
         self.assertEqual(code, 1, output)
-        self.assertIn("error: unseen: torch 2.16.0 has the feature "
+        self.assertIn("scripts/apply.sh: unseen: torch 2.16.0 has the feature "
                       "(torch._inductor.config.pre_grad_pass_timing already exists), but this "
                       "version of torch-pregrad-backport has no series for its files", output)
         self.assertIn("The results defect is known on every release from 2.12.0 through "
@@ -307,7 +307,7 @@ check: the series applies cleanly; 1 file(s) would change, nothing was written
         before = install.snapshot()
         code, output = install.run("--topic", "pre-grad-pass-timing")
         self.assertEqual(code, 1, output)
-        self.assertIn("error: unseen: torch 2.11.0 has the feature", output)
+        self.assertIn("scripts/apply.sh: unseen: torch 2.11.0 has the feature", output)
         self.assertEqual(install.snapshot(), before)
 
     def test_files_of_no_base_are_refused_naming_the_files_that_differ(self) -> None:
@@ -318,7 +318,7 @@ check: the series applies cleanly; 1 file(s) would change, nothing was written
         self.assertEqual(code, 1)
         self.assertEqual(output, f"""\
 torch 2.8.0 in <site>
-error: torch 2.8.0 is not a supported base: its files match no base's (4 of 5 files the \
+scripts/apply.sh: torch 2.8.0 is not a supported base: its files match no base's (4 of 5 files the \
 series touches are identical to v2.11.0's, the closest base; torch/_inductor/config.py \
 differs) (supported: {BASES}); nothing was changed
 """)
@@ -372,7 +372,7 @@ differs) (supported: {BASES}); nothing was changed
         code, output = install.run("--frobnicate")
         self.assertEqual(code, 2)
         self.assertExpectedInline(output, """\
-apply.sh: unknown argument: --frobnicate
+scripts/apply.sh: unknown argument: --frobnicate
 (see scripts/apply.sh --help)
 """)
 

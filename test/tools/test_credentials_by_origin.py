@@ -21,8 +21,8 @@ from fake_install import APPLY, source_python, STOCK
 from fake_wheel import make_fake_wheel, release_files
 from local_servers import Answer, Running, Seen, Server, ranges, self_signed, simple_page
 
-from torch_backport.pip_config import from_options, PipConfig
-from torch_backport.transport import Transport, TransportError
+from torch_backport.download.pip_config import from_options, PipConfig
+from torch_backport.download.transport import Transport, TransportError
 
 CODES = (301, 302, 303, 307, 308)
 USER, PASSWORD = "team", "s3cret-pw"

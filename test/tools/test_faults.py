@@ -1,6 +1,6 @@
 """Fault injection: apply.sh killed (as by SIGKILL) or out of disk at every step.
 
-torch_backport/fsio.step() runs before each write, rename and unlink;
+torch_backport/infra/fsio.fault_point() runs before each write, rename and unlink;
 _PREGRAD_TEST_FAULT=kill:N makes the N-th step exit hard (status 137), and
 enospc:N makes it fail with "No space left on device". Each test walks every
 step index of one command until the command gets through without reaching the
@@ -19,7 +19,7 @@ import tempfile
 import unittest
 from pathlib import Path
 
-import torch_backport.series as model
+import torch_backport.patchset.series as model
 from checkout_repo import GIT_ENV, make_checkout, site_of
 from fake_install import (APPLY, FakeInstall, FAULT, MANIFEST, make_fake_install,
                           ScratchTestCase, source_python, STATE_DIRNAME, STOCK, TOUCHED)

@@ -7,7 +7,7 @@ by python3. Here, on the stock 2.11.0 venv's python with CUDA hidden
 same answer), it must say "no CUDA device" and exit 0 having written nothing:
 no venv or download under PREGRAD_CACHE, no log under PREGRAD_LOGS, no
 temporary directory, nothing applied to the install. Its usage errors exit 2.
-Its RECORD check, the one that ends every real run, is torch_backport.record
+Its RECORD check, the one that ends every real run, is torch_backport.infra.record
 run by PY: checked here on a small install, pristine and then damaged.
 """
 
@@ -128,7 +128,7 @@ class GpuCheckTest(InstallTestCase):
         count, wrong = read_record(str(install.python)) or (0, [])
         self.assertEqual((count, sorted(wrong)),
                          (len(INSTALLED), sorted([changed, f"{removed} (missing)"])))
-        # One RECORD digest in the project: torch_backport/record.py's.
+        # One RECORD digest in the project: torch_backport/infra/record.py's.
         for name in ("gpu_check.py", "target_python.py"):
             text = (REPO / "test" / "harness" / name).read_text()
             for hashing in ("base64", "hashlib", "sha256("):

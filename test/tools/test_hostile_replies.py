@@ -18,18 +18,17 @@ import threading
 import time
 import unittest
 import zipfile
-import zlib
 from typing import Callable, Dict, Iterator, List
 
 from local_servers import Answer, drip, ranges, Running, Seen, Server
 
-from torch_backport import record
-from torch_backport.errors import REPO
-from torch_backport.errors import Refused
-from torch_backport.pip_config import from_options
-from torch_backport.ranged import NoRanges, RangedFile
-from torch_backport.transport import Transport, TransportError
-from torch_backport.wheels import members, UnreadableMember
+from torch_backport.infra import record
+from torch_backport.infra.paths import REPO
+from torch_backport.infra.errors import Refused
+from torch_backport.download.pip_config import from_options
+from torch_backport.download.ranged import NoRanges, RangedFile
+from torch_backport.download.transport import Transport, TransportError
+from torch_backport.download.release_wheels import members, UnreadableMember
 
 MB = 1024 * 1024
 MEMBER = "torch/_inductor/config.py"
@@ -89,9 +88,9 @@ class LongReplyTest(unittest.TestCase):
                          **headers}, zeros(300 * MB)
 
         child = ("import json, resource, sys\n"
-                 "from torch_backport.pip_config import from_options\n"
-                 "from torch_backport.ranged import NoRanges, RangedFile\n"
-                 "from torch_backport.transport import Transport\n"
+                 "from torch_backport.download.pip_config import from_options\n"
+                 "from torch_backport.download.ranged import NoRanges, RangedFile\n"
+                 "from torch_backport.download.transport import Transport\n"
                  "try:\n"
                  "    RangedFile(sys.argv[1], Transport(from_options({})))\n"
                  "    said = 'read'\n"

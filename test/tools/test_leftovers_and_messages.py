@@ -117,7 +117,7 @@ class MessagesTest(InstallTestCase):
         install.path(TOUCHED[0]).write_bytes(install.path(TOUCHED[0]).read_bytes() + b"# edit\n")
         code, output = install.run("--revert")
         self.assertEqual(code, 1, output)
-        self.assertIn("error: refused: files differ from torch's RECORD, and the series was "
+        self.assertIn("scripts/apply.sh: refused: files differ from torch's RECORD, and the series was "
                       "not applied by this script", output)
         self.assertNotIn("nothing to revert", output)
 

@@ -209,7 +209,7 @@ class NewBaseTest(unittest.TestCase):
                   tree_digest(site / "torch" / "_functorch"))
         applied = run(str(APPLY), "--python", python)
         self.assertEqual(applied.returncode, 1, applied.stdout + applied.stderr)
-        self.assertIn("error: unseen: torch 2.12.0", applied.stderr)
+        self.assertIn("scripts/apply.sh: unseen: torch 2.12.0", applied.stderr)
         self.assertIn("Nothing was changed.", applied.stderr)
         self.assertEqual((sorted(os.listdir(site)), tree_digest(site / "torch" / "_inductor"),
                           tree_digest(site / "torch" / "_functorch")), before)

@@ -23,9 +23,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
-import torch_backport.series as model
-from torch_backport.apply import apply_series
-from torch_backport.identify import topic_files
+import torch_backport.patchset.series as model
+from torch_backport.patchset.apply import apply_series
+from torch_backport.patchset.identify import topic_files
 from fake_install import BUILT_NAME, ScratchTestCase, source_python, STOCK, UPSTREAM
 from fake_wheel import make_fake_wheel, release_files, run_wheel, tampered, TAG
 
@@ -228,16 +228,16 @@ class PatchedWheelTest(ScratchTestCase):
             for code, output in [run_wheel(*args)])
         self.assertExpectedInline(results, """\
 $ apply.sh --wheel
-[2] apply.sh: --wheel needs a torch wheel file or torch==X
+[2] scripts/apply.sh: --wheel needs a torch wheel file or torch==X
 (see scripts/apply.sh --help)
 $ apply.sh --wheel torch==2.11.0
-[2] apply.sh: --wheel needs --out DIR
+[2] scripts/apply.sh: --wheel needs --out DIR
 (see scripts/apply.sh --help)
 $ apply.sh --wheel torch==2.11.0 --out d --python py
-[2] apply.sh: --wheel and --python do not go together (the wheel is read, not installed)
+[2] scripts/apply.sh: --wheel and --python do not go together (the wheel is read, not installed)
 (see scripts/apply.sh --help)
 $ apply.sh --wheel torch==2.11.0 --status
-[2] apply.sh: --wheel and --status do not go together
+[2] scripts/apply.sh: --wheel and --status do not go together
 (see scripts/apply.sh --help)
 """)
 

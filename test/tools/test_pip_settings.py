@@ -10,8 +10,8 @@ from pathlib import Path
 
 from local_servers import Answer, Running, Seen, self_signed, Server
 
-from torch_backport.pip_config import from_options
-from torch_backport.transport import Transport, TransportError
+from torch_backport.download.pip_config import from_options
+from torch_backport.download.transport import Transport, TransportError
 
 PAGE = b"the simple page"
 

@@ -98,7 +98,7 @@ class PlantedLinksTest(unittest.TestCase):
         self.assertEqual(self.secrets(), {"file": ROOT_ONLY})
 
     def test_the_index_is_written_past_links_at_the_old_temporary_names(self) -> None:
-        from torch_backport.index import read_all, write_index
+        from torch_backport.generated.index import read_all, write_index
         out = self.root / "dist"
         make_fake_wheel(out, release_files(source_python(STOCK)), "2.11.0")
         (out / "simple" / "torch").mkdir(parents=True)
@@ -114,8 +114,8 @@ class PlantedLinksTest(unittest.TestCase):
         self.assertIn(wheel.name, (out / "simple" / "torch" / "index.html").read_text())
 
     def test_a_planted_index_page_directory_is_refused_by_name(self) -> None:
-        from torch_backport.fsio import LinkRefused
-        from torch_backport.index import read_all, write_index
+        from torch_backport.infra.fsio import LinkRefused
+        from torch_backport.generated.index import read_all, write_index
         out = self.root / "dist"
         make_fake_wheel(out, release_files(source_python(STOCK)), "2.11.0")
         subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(out)], check=True)

@@ -1,4 +1,4 @@
-"""Reading a wheel's members by HTTP range (torch_backport/ranged.py), from
+"""Reading a wheel's members by HTTP range (torch_backport/download/ranged.py), from
 a local server that honours ranges, one that ignores them, and one that
 sends less than it was asked for: the members come back checked, or
 NoRanges says why, and never a read that hangs."""
@@ -12,9 +12,9 @@ from typing import Callable, Optional
 
 from local_servers import Answer, ranges, Running, Seen, Server
 
-from torch_backport.pip_config import from_options
-from torch_backport.ranged import NoRanges, RangedFile
-from torch_backport.transport import Transport
+from torch_backport.download.pip_config import from_options
+from torch_backport.download.ranged import NoRanges, RangedFile
+from torch_backport.download.transport import Transport
 
 MEMBER = "torch/_inductor/config.py"
 

@@ -189,7 +189,7 @@ class ReliabilityTest(InstallTestCase):
         result = subprocess.run([str(REPO / "scripts" / "apply.sh"), "--python", str(fake)],
                                 capture_output=True, text=True)
         self.assertEqual(result.returncode, 1)
-        self.assertEqual(result.stderr, f"apply.sh: {fake} is Python 2.7; apply.sh needs "
+        self.assertEqual(result.stderr, f"scripts/apply.sh: {fake} is Python 2.7; apply.sh needs "
                          "Python 3.9 or later (torch 2.9 and later need 3.10 anyway)\n")
 
     def test_check_patches_refuses_an_old_python(self) -> None:
@@ -197,7 +197,7 @@ class ReliabilityTest(InstallTestCase):
         result = subprocess.run([str(REPO / "scripts" / "check-patches"), "--python", str(fake)],
                                 capture_output=True, text=True)
         self.assertEqual(result.returncode, 2)
-        self.assertEqual(result.stderr, f"check-patches: {fake} is Python 2.7; it needs "
+        self.assertEqual(result.stderr, f"scripts/check-patches: {fake} is Python 2.7; it needs "
                          "Python 3.9 or later\n")
 
     def test_upstream_runner_without_pytest_changes_nothing(self) -> None:
@@ -239,7 +239,8 @@ class ReliabilityTest(InstallTestCase):
         # Messages are split over adjacent string literals: join them.
         scripts = re.sub(r"[\"']\s*\n\s*[rf]*[\"']", "", "".join(
             path.read_text() for part in ("torch_backport", "scripts")
-            for path in sorted((REPO / part).iterdir()) if path.is_file()))
+            for path in sorted((REPO / part).rglob("*")) if path.is_file()
+            and path.suffix in (".py", ".sh", "")))
         tests = "".join(path.read_text() for path in (REPO / "test" / "tools").glob("*.py"))
         for row in rows:
             said = row.split(" | ")[1]

@@ -12,9 +12,9 @@ from hypothesis import given, settings, strategies as st
 
 from fake_install import AUTOCAST_BASES, BASES as LISTED, ISA_BASES, REPO, source_python, STOCK, torch_site
 
-import torch_backport.series as model  # noqa: E402
-from torch_backport.apply import apply_series  # noqa: E402
-from torch_backport.errors import Refused  # noqa: E402
+import torch_backport.patchset.series as model  # noqa: E402
+from torch_backport.patchset.apply import apply_series  # noqa: E402
+from torch_backport.infra.errors import Refused  # noqa: E402
 
 BASES = model.supported_bases()
 

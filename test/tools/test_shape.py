@@ -14,22 +14,24 @@ from typing import Dict, Iterator, List, Set
 from fake_install import REPO
 
 PACKAGE = REPO / "torch_backport"
-# docs/architecture.md's tiers, lowest first: a module imports from its own
-# tier (without a cycle) or from a lower one, never from a higher one.
-TIERS = [
-    ("outside things and primitives",
-     {"__init__", "errors", "fsio", "ranged", "git", "record", "tables", "wheels",
-      "pip_config", "transport", "simple_index"}),
-    ("the series model", {"patchfile", "series", "apply", "identify", "releases"}),
-    ("reading a target", {"install", "install_state", "wheel_status", "history",
-                          "checkout_base", "pristine"}),
-    ("the driver", {"driver"}),
-    ("the modes", {"wheel_mode", "transaction", "checkout_mode", "overlay",
-                   "patched_wheel", "index", "fleet", "verify", "verify_cells",
-                   "verify_model"}),
-    ("the command", {"engine", "help_text", "cli", "_launch"}),
+# docs/architecture.md's folders, lowest first: a module imports from its own
+# folder (without a cycle) or from a lower one, never from a higher one. The
+# top level (the command) is the highest.
+FOLDERS = [
+    ("infra", "errors, paths, file writes, git, RECORD, the tables"),
+    ("download", "pip's settings, the transport, the simple index, release wheels"),
+    ("patchset", "the series model and the driver of a mode's plan"),
+    ("installed", "the installed torch"),
+    ("checkout", "a PyTorch checkout"),
+    ("generated", "overlays, patched wheels, fleets and their index"),
+    ("verify", "--verify"),
+    ("", "the command"),
 ]
-MAX_MODULE_LINES = 550
+# Siblings that must not know of each other, though neither is below the other.
+APART = [("installed", "checkout"), ("generated", "checkout"), ("verify", "checkout"),
+         ("verify", "generated")]
+MAX_TOP_LEVEL_MODULES = 8
+MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
 LONG_FUNCTIONS_ALLOWED = 2
 MAX_BASH_LINES = 400
@@ -37,22 +39,39 @@ MAX_BASH_LINES = 400
 RUN_TREES = ("torch_backport", "maint", "scripts", "test/harness")
 
 
+def dotted(path: Path) -> str:
+    """torch_backport/infra/fsio.py -> infra.fsio; torch_backport/cli.py -> cli."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts) or "__init__"
+
+
 def modules() -> Dict[str, ast.Module]:
-    return {path.stem: ast.parse(path.read_text(), str(path))
-            for path in sorted(PACKAGE.glob("*.py"))}
+    return {dotted(path): ast.parse(path.read_text(), str(path))
+            for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def folder_of(module: str) -> str:
+    return module.split(".")[0] if "." in module or module in dict(FOLDERS) else ""
 
 
 def package_imports(tree: ast.Module) -> Set[str]:
+    """The package's modules that `tree` imports (`from torch_backport.infra
+    import fsio` and `from torch_backport.infra.fsio import x` both give
+    infra.fsio)."""
     found: Set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "torch_backport":
-            found |= {alias.name for alias in node.names if alias.name != "__version__"}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch_backport."):
-            found.add((node.module or "").split(".")[1])
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch_backport":
+            base = (node.module or "")[len("torch_backport."):]
+            for alias in node.names:
+                if alias.name == "__version__":
+                    continue
+                whole = f"{base}.{alias.name}" if base else alias.name
+                found.add(whole if (PACKAGE / (whole.replace(".", "/") + ".py")).is_file()
+                          else base)
         elif isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[1] for alias in node.names
+            found |= {alias.name[len("torch_backport."):] for alias in node.names
                       if alias.name.startswith("torch_backport.")}
-    return found
+    return found - {""}
 
 
 def python_files() -> Iterator[Path]:
@@ -77,23 +96,32 @@ def runs(words: List[str], command: List[str]) -> bool:
 
 
 class ShapeTest(unittest.TestCase):
-    def test_every_package_module_has_a_tier(self) -> None:
-        tiered = set().union(*(members for _, members in TIERS))
-        self.assertEqual(sorted(set(modules()) - tiered), [])
-        self.assertEqual(sorted(tiered - set(modules())), [])
+    def test_the_package_is_a_few_folders(self) -> None:
+        folders = sorted(path.name for path in PACKAGE.iterdir()
+                         if (path / "__init__.py").is_file())
+        self.assertEqual(folders, sorted(name for name, _ in FOLDERS if name))
+        top = sorted(path.name for path in PACKAGE.glob("*.py"))
+        self.assertLessEqual(len(top), MAX_TOP_LEVEL_MODULES, top)
 
-    def test_imports_run_one_way(self) -> None:
-        tier_of = {name: number for number, (_, members) in enumerate(TIERS)
-                   for name in members}
+    def test_imports_between_folders_run_one_way(self) -> None:
+        rank = {name: number for number, (name, _) in enumerate(FOLDERS)}
         graph = {name: package_imports(tree) - {name} for name, tree in modules().items()}
-        upward = [f"{name} ({TIERS[tier_of[name]][0]}) imports {other} "
-                  f"({TIERS[tier_of[other]][0]})"
+        upward = [f"{name} imports {other} ({folder_of(other) or 'the command'} is above "
+                  f"{folder_of(name) or 'the command'})"
                   for name, imported in graph.items() for other in sorted(imported)
-                  if tier_of[other] > tier_of[name]]
+                  if rank[folder_of(other)] > rank[folder_of(name)]]
         self.assertEqual(upward, [])
+        apart = [f"{name} imports {other}" for name, imported in graph.items()
+                 for other in imported
+                 if (folder_of(name), folder_of(other)) in APART
+                 or (folder_of(other), folder_of(name)) in APART]
+        self.assertEqual(apart, [])
+
+    def test_modules_import_without_a_cycle(self) -> None:
+        graph = {name: package_imports(tree) - {name} for name, tree in modules().items()}
 
         def reaches(start: str, goal: str, seen: Set[str]) -> bool:
-            for other in graph[start]:
+            for other in graph.get(start, set()):
                 if other == goal or (other not in seen
                                      and reaches(other, goal, seen | {other})):
                     return True
@@ -102,9 +130,19 @@ class ShapeTest(unittest.TestCase):
         self.assertEqual([name for name in graph if reaches(name, name, set())], [])
 
     def test_no_package_module_is_long(self) -> None:
-        long = {path.name: length for path in PACKAGE.glob("*.py")
+        long = {dotted(path): length for path in PACKAGE.rglob("*.py")
                 if (length := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
         self.assertEqual(long, {})
+
+    def test_every_error_derives_from_the_one_root(self) -> None:
+        # infra/errors.BackportError carries the exit code; errors.report says it.
+        direct = [f"{dotted(path)}.{node.name}" for path in sorted(PACKAGE.rglob("*.py"))
+                  for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.ClassDef)
+                  and any(isinstance(base, ast.Name) and base.id in ("Exception",
+                                                                     "BaseException")
+                          for base in node.bases)]
+        self.assertEqual(direct, ["infra.errors.BackportError"])
 
     def test_functions_are_short(self) -> None:
         long = []
@@ -120,7 +158,7 @@ class ShapeTest(unittest.TestCase):
     def test_one_file_computes_record_digests(self) -> None:
         computing = [str(path.relative_to(REPO)) for path in python_files()
                      if "urlsafe_b64encode" in path.read_text()]
-        self.assertEqual(computing, ["torch_backport/record.py"])
+        self.assertEqual(computing, ["torch_backport/infra/record.py"])
 
     def test_one_file_runs_pip_download(self) -> None:
         running = [str(path.relative_to(REPO)) for path in python_files()
@@ -130,7 +168,7 @@ class ShapeTest(unittest.TestCase):
                 if path.read_bytes()[:20].startswith(b"#!/usr/bin/env bash")
                 and re.search(r"^(?!\s*(#|echo|printf)).*pip download", path.read_text(),
                               re.MULTILINE)]
-        self.assertEqual(running + bash, ["torch_backport/wheels.py"])
+        self.assertEqual(running + bash, ["torch_backport/download/release_wheels.py"])
 
     def test_one_file_makes_http_requests(self) -> None:
         # Every request keeps transport.py's rules (credentials by origin,
@@ -138,19 +176,19 @@ class ShapeTest(unittest.TestCase):
         requesting = [str(path.relative_to(REPO)) for path in python_files()
                       if re.search(r"^\s*(import urllib3|from urllib3|import http\.client)"
                                    r"|urlopen\(", path.read_text(), re.MULTILINE)]
-        self.assertEqual(requesting, ["torch_backport/transport.py"])
+        self.assertEqual(requesting, ["torch_backport/download/transport.py"])
 
     def test_one_file_reads_pips_configuration(self) -> None:
         reading = [str(path.relative_to(REPO)) for path in python_files()
                    if any(runs(words, ["pip", "config", "list"])
                           for words in string_lists(ast.parse(path.read_text())))]
-        self.assertEqual(reading, ["torch_backport/pip_config.py"])
+        self.assertEqual(reading, ["torch_backport/download/pip_config.py"])
 
     def test_one_package_file_starts_git(self) -> None:
-        starting = [path.name for path in sorted(PACKAGE.glob("*.py"))
+        starting = [dotted(path) for path in sorted(PACKAGE.rglob("*.py"))
                     if any(words[:1] == ["git"]
                            for words in string_lists(ast.parse(path.read_text())))]
-        self.assertEqual(starting, ["git.py"])
+        self.assertEqual(starting, ["infra.git"])
 
     def test_bash_is_a_few_hundred_lines(self) -> None:
         lines = {path.name: len(path.read_text().splitlines())

@@ -17,12 +17,12 @@ from packaging import tags
 from local_servers import Answer, ranges, Running, Seen, Server, simple_page
 from test_hostile_replies import record_line, SOURCE, wheel_zip
 
-from torch_backport import simple_index
-from torch_backport.pip_config import from_options, parse_listing, PYPI
-from torch_backport.ranged import RangedFile
-from torch_backport.simple_index import choose, find_wheel, Link, parse_page
-from torch_backport.transport import Transport
-from torch_backport.wheels import members
+from torch_backport.download import simple_index
+from torch_backport.download.pip_config import from_options, parse_listing, PYPI
+from torch_backport.download.ranged import RangedFile
+from torch_backport.download.simple_index import choose, find_wheel, Link, parse_page
+from torch_backport.download.transport import Transport
+from torch_backport.download.release_wheels import members
 
 LINUX = "manylinux_2_28_x86_64"
 MEMBER = "torch/_inductor/config.py"

@@ -12,8 +12,8 @@ import re
 import shutil
 import unittest
 
-import torch_backport.series as model
-from torch_backport.apply import apply_series
+import torch_backport.patchset.series as model
+from torch_backport.patchset.apply import apply_series
 from checkout_repo import make_checkout, site_of
 from fake_install import (AUTOCAST, copy_project, FakeInstall, INSTALLED, InstallTestCase,
                           ISA_PROBE, ScratchTestCase, source_python, STATE_DIRNAME, STOCK, TOUCHED,
@@ -129,7 +129,7 @@ patched: the series is applied (revert with --revert --topic cpu-isa-probe)
         code, output = install.run("--topic", "all", apply=copy / "scripts" / "apply.sh")
         self.assertEqual(code, 1, output)
         self.assertExpectedInline(output, """\
-error: topics that patch the same file:
+scripts/apply.sh: topics that patch the same file:
   v2.11.0: topics pre-grad-pass-timing and clash both patch torch/_functorch/aot_autograd.py
   v2.11.0: topics pre-grad-pass-timing and clash both patch torch/_inductor/codecache.py
   v2.11.0: topics pre-grad-pass-timing and clash both patch torch/_inductor/config.py
@@ -143,7 +143,7 @@ they cannot be applied together; nothing was changed
         code, output = install.run("--topic", "cpu-isa")
         self.assertEqual(code, 2)
         self.assertExpectedInline(output, """\
-apply.sh: --topic 'cpu-isa': unknown topic 'cpu-isa'; nothing was done; topics: pre-grad-pass-timing, autocast-cache-key, cpu-isa-probe, default, all
+scripts/apply.sh: --topic 'cpu-isa': unknown topic 'cpu-isa'; nothing was done; topics: pre-grad-pass-timing, autocast-cache-key, cpu-isa-probe, default, all
 (see scripts/apply.sh --help)
 """)
         self.assertEqual(install.snapshot(), before)
@@ -195,7 +195,7 @@ apply.sh: --topic 'cpu-isa': unknown topic 'cpu-isa'; nothing was done; topics: 
         code, output = install.run("--topic", "all")
         self.assertEqual(code, 1, output)
         self.assertIn(
-            "error: torch 2.12.0+vendor is not a supported base of topic cpu-isa-probe: its "
+            "scripts/apply.sh: torch 2.12.0+vendor is not a supported base of topic cpu-isa-probe: its "
             "files match no base's (torch/_inductor/cpu_vec_isa.py differs from every "
             "base's (nearest by version: v2.12.0)) "
             "(supported: v2.9.1, v2.10.0, v2.11.0, v2.12.0, v2.13.0); nothing was changed",

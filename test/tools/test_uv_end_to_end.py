@@ -24,11 +24,11 @@ from urllib.parse import quote
 
 from wheel.wheelfile import WheelFile
 
-import torch_backport.series as model
-from torch_backport.git import git_blob_id
-from torch_backport.identify import topic_files
-from torch_backport.fsio import cache_dir
-from torch_backport.wheels import cached as cached_wheel, Target
+import torch_backport.patchset.series as model
+from torch_backport.infra.git import git_blob_id
+from torch_backport.patchset.identify import topic_files
+from torch_backport.infra.fsio import cache_dir
+from torch_backport.download.release_wheels import cached as cached_wheel, Target
 
 REPO = Path(__file__).resolve().parents[2]
 APPLY = REPO / "scripts" / "apply.sh"

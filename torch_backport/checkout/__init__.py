@@ -1,0 +1,2 @@
+"""A PyTorch checkout: its base, the series commits in its history, and
+checkout mode."""

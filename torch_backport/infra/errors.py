@@ -1,0 +1,42 @@
+"""The one root of every error the user must act on, and the one place that
+reports it. The lowest module: it imports nothing of the package."""
+
+from __future__ import annotations
+
+import sys
+from typing import ClassVar
+
+
+class BackportError(Exception):
+    """A problem the user must act on; the message says what and where.
+
+    `exit_code` is what the command exits with; `changed` says whether
+    anything was written before it was raised (every error so far is raised
+    before a write, or after the write was taken back)."""
+
+    exit_code: ClassVar[int] = 1
+    changed: ClassVar[bool] = False
+
+
+class Refused(BackportError):
+    """The target, an input or the series do not allow what was asked; exit 1."""
+
+
+class UsageError(BackportError):
+    """Arguments the grammar does not allow; exit 2."""
+
+    exit_code = 2
+
+
+class Failed(BackportError):
+    """A precondition the arguments name does not hold (no such checkout,
+    no such interpreter); exit 1."""
+
+
+def report(problem: BackportError, command: str, see_help: bool = False) -> int:
+    """Say `problem` on stderr, prefixed by `command` as the user typed it
+    (`scripts/apply.sh`, `torch-backport apply`); its exit code."""
+    print(f"{command}: {problem}", file=sys.stderr)
+    if see_help:
+        print(f"(see {command} --help)", file=sys.stderr)
+    return problem.exit_code

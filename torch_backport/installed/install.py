@@ -1,0 +1,180 @@
+"""An installed torch wheel as every mode reads it: the install, its RECORD
+(record.py, through `importlib.metadata`), and this project's state
+directory beside it and its layout.
+
+<site>/.torch-pregrad-backport[-<topic>]/ holds manifest.json (what was
+applied, to which torch, and each file's RECORD digest before and after) and
+orig/<path> (the wheel's bytes of each patched file). It is written in a
+staging directory and renamed into place, and removed by a rename to a trash
+directory (transaction.py): a killed run leaves one of those, never a state
+directory without its manifest. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import py_compile
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Dict, Optional
+
+from torch_backport.infra import record
+from torch_backport.infra.fsio import own_like, fault_point
+from torch_backport.infra.errors import Refused
+from torch_backport.infra.git import git_blob_id
+from torch_backport.installed.records import Built, BUILT_NAME, BuiltTopic, Manifest
+from torch_backport.patchset.series import primary_topic, Topic
+
+__all__ = ["BUILT_NAME", "Manifest"]  # their home is records.py; imported from here too
+
+STATE_DIRNAME = ".torch-pregrad-backport"
+MANIFEST = "manifest.json"
+BACKUPS = "orig"  # <state dir>/orig/<path>: the wheel's bytes of each patched file
+APPLIED = "manifest.applied.json"  # the manifest once every file is in place
+
+
+@dataclasses.dataclass
+class Install:
+    """An installed torch, seen through one topic: each topic keeps its own
+    backups and manifest, so topics are applied and reverted independently."""
+    dist: metadata.Distribution
+    site: Path
+    version: str
+    record: Dict[str, str]  # path -> RECORD sha256 digest, for every hashed file
+    topic: Topic
+    built: Optional[Built] = None  # BUILT_NAME, if from a patched wheel
+
+    @property
+    def state_dir(self) -> Path:
+        return self.site / f"{STATE_DIRNAME}{self.topic.unless_primary('-{name}')}"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.state_dir / MANIFEST
+
+    def backup(self, rel: str) -> Path:
+        """Where the wheel's bytes of `rel` are kept while it is patched."""
+        return self.state_dir / BACKUPS / rel
+
+    def leftover(self, kind: str) -> Path:
+        """A staging or trash dir that only a killed run leaves behind."""
+        return self.state_dir.with_name(f"{self.state_dir.name}.{kind}")
+
+    def for_topic(self, topic: Topic) -> "Install":
+        return dataclasses.replace(self, topic=topic)
+
+    def built_by(self) -> str:
+        return self.built.built_by if self.built else "torch-pregrad-backport"
+
+    def built_topic(self) -> Optional[BuiltTopic]:
+        """What the patched wheel this torch was installed from says of this
+        topic; None if it was not, or does not carry the topic."""
+        return self.built.topics.get(self.topic.name) if self.built else None
+
+    def has_feature(self) -> bool:
+        path = self.path(self.topic.feature_file)
+        return path.is_file() and self.topic.has_feature(path.read_bytes())
+
+    def path(self, rel: str) -> Path:
+        return self.site / rel
+
+    def read(self, rel: str) -> bytes:
+        return self.path(rel).read_bytes()
+
+    def blob(self, rel: str) -> Optional[str]:
+        """The git blob id of an installed file; None if it is missing or a link."""
+        path = self.path(rel)
+        if path.is_symlink() or not path.is_file():
+            return None
+        return git_blob_id(path.read_bytes())
+
+    def matches_record(self, rel: str) -> bool:
+        path = self.path(rel)
+        return (not path.is_symlink() and path.is_file()
+                and record.digest(path.read_bytes()) == self.record.get(rel))
+
+
+def refresh_bytecode(install: Install, rel: str) -> None:
+    """After `rel`'s source changed: the .pyc this interpreter loads is
+    compiled again in the invalidation mode it had (an unchecked-hash .pyc
+    would otherwise keep running the old code, as in reproducible images),
+    and other interpreters' .pyc of it are removed. Never raises: a .pyc it
+    cannot write is removed, one it cannot remove --status reports."""
+    source = install.path(rel)
+    mine = Path(importlib.util.cache_from_source(str(source)))
+    for pyc in sorted(source.parent.glob(f"__pycache__/{source.stem}.*.pyc")):
+        mode = invalidation_mode(pyc) if pyc == mine else None
+        try:
+            fault_point(pyc)
+            if mode is None:
+                pyc.unlink()
+            else:
+                py_compile.compile(str(source), cfile=str(pyc), doraise=True,
+                                   invalidation_mode=mode)
+                own_like(pyc, source)
+        except (OSError, py_compile.PyCompileError):
+            try:
+                pyc.unlink()
+            except OSError:
+                pass
+
+
+def invalidation_mode(pyc: Path) -> Optional[py_compile.PycInvalidationMode]:
+    """How Python checks `pyc` against its source (PEP 552); None if it is
+    not this interpreter's."""
+    try:
+        header = pyc.read_bytes()[:16]
+    except OSError:
+        return None
+    if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+        return None
+    flags = int.from_bytes(header[4:8], "little")
+    if not flags & 1:
+        return py_compile.PycInvalidationMode.TIMESTAMP
+    if flags & 2:
+        return py_compile.PycInvalidationMode.CHECKED_HASH
+    return py_compile.PycInvalidationMode.UNCHECKED_HASH
+
+
+def stale_bytecode(install: Install, rel: str) -> Optional[str]:
+    """Why Python would run other code than `rel` holds: an unchecked-hash
+    .pyc of other source; None if it runs the file."""
+    source = install.path(rel)
+    pyc = Path(importlib.util.cache_from_source(str(source)))
+    if invalidation_mode(pyc) != py_compile.PycInvalidationMode.UNCHECKED_HASH:
+        return None
+    if not source.is_file() or pyc.read_bytes()[8:16] == importlib.util.source_hash(
+            source.read_bytes()):
+        return None
+    return (f"{pyc.relative_to(install.site)} is an unchecked-hash .pyc of other source: "
+            f"Python runs it, not {rel}")
+
+
+def find_install(topic: Optional[Topic] = None) -> Install:
+    try:
+        dist = metadata.distribution("torch")
+    except metadata.PackageNotFoundError:
+        raise Refused(f"{sys.executable} has no torch installed") from None
+    digests = record.of_dist(dist)
+    if not digests:
+        raise Refused(
+            f"torch {dist.version}: its RECORD has no sha256 hashes, so pristine "
+            "files cannot be told from modified ones"
+        )
+    site = Path(str(dist.locate_file(""))).resolve()
+    built_text = dist.read_text(BUILT_NAME)
+    try:
+        built = Built.from_json(built_text) if built_text is not None else None
+    except ValueError:
+        raise Refused(f"torch {dist.version}: its dist-info has an unreadable "
+                      f"{BUILT_NAME}") from None
+    return Install(dist, site, dist.version, digests, topic or primary_topic(), built)
+
+
+def read_manifest(install: Install) -> Optional[Manifest]:
+    path = install.manifest_path
+    if not path.is_file():
+        return None
+    return Manifest.from_json(path.read_text())

@@ -1,0 +1,2 @@
+"""--verify: cells that compare compiled results with eager, run in the
+target interpreter."""

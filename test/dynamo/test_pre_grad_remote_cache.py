@@ -6,11 +6,14 @@ TORCHINDUCTOR_REDIS_HOST/PORT). Process A, with an empty local cache
 directory, fills Redis; process B, with another empty local cache directory
 (another machine), gets the remote hit: under late timing it runs no
 pre-grad pass, under early it runs them, and a changed uuid misses.
+Without redis-server the tests skip, and fail in the matrix
+(PREGRAD_REQUIRE_ALL=1), which installs it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -36,6 +39,8 @@ def free_port() -> int:
 class RemoteCacheTests(TestCase):
     def setUp(self) -> None:
         super().setUp()
+        if REDIS_SERVER is None and os.environ.get("PREGRAD_REQUIRE_ALL") != "1":
+            self.skipTest("needs redis-server (apt-get install redis-server)")
         self.assertIsNotNone(
             REDIS_SERVER, "redis-server is not installed (apt-get install redis-server; "
             "scripts/test.sh installs it when run as root)")

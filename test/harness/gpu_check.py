@@ -28,7 +28,7 @@ default device), on PY's torch as installed (stock), then patched, then reverted
      or on Ctrl-C or SIGTERM once step 3 began (a running pytest is stopped, a
      running apply.sh is waited for, the revert ignores both), then every
      file of torch's RECORD that has a sha256 must match it ("RECORD: N
-     files, all match"; torch_backport/record.py, run by PY).
+     files, all match"; torch_backport/infra/record.py, run by PY).
 It ends with a table (suite | stock passed/failed/expected-fail | patched
 passed/failed/expected-fail and verdict, counted from pytest's JUnit reports
 by test/harness/matrix_report.py), each phase's wall time and the log paths.
@@ -89,7 +89,7 @@ from target_python import (missing_requirements, output_of, pip_target, read_rec
                            torch_of, unzip_missing)
 
 sys.path.insert(0, str(REPO))
-from torch_backport.tables import release_numbers  # noqa: E402
+from torch_backport.infra.tables import release_numbers  # noqa: E402
 
 PROG = "gpu-check.sh"
 APPLY = str(REPO / "scripts" / "apply.sh")
@@ -299,8 +299,11 @@ def run_suites(check: Check, label: str) -> None:
     warn(f"== {label}: pytest {' '.join(Path(suite).name for suite in SUITES)} (log: {log})")
     env = {name: value for name, value in os.environ.items()
            if name not in EXPECTATION_VARIABLES}
+    # PREGRAD_REQUIRE_ALL: a torch that cannot be imported is an error, not
+    # suites skipped (test/dynamo/conftest.py), as in the matrix.
     env.update({EXPECT[label]: check.release}, PYTHONPATH=check.pythonpath,
-               PREGRAD_TEST_DEVICE="cuda", PYTORCH_PRINT_REPRO_ON_FAILURE="0")
+               PREGRAD_TEST_DEVICE="cuda", PYTORCH_PRINT_REPRO_ON_FAILURE="0",
+               PREGRAD_REQUIRE_ALL="1")
     # -rfEs: the log ends with the tests unlike the expectations (an
     # XPASS(strict) is a failure) and why a test skipped.
     check.exit_codes[label] = run_logged(

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-from torch_backport.tables import release_numbers  # noqa: E402
+from torch_backport.infra.tables import release_numbers  # noqa: E402
 
 RESULTS_SUITE = "test/dynamo/test_pre_grad_results.py"
 REAL_MODELS_SUITE = "test/dynamo/test_real_models.py"
@@ -53,11 +53,9 @@ SHORT_CELLS = (
     "test_pre_grad_passes_default_timing_with_uuid",
     "test/dynamo/test_autocast_cache.py::AutocastCacheTests::"
     "test_region_without_dtype_misses_under_another_ambient_dtype")
-# The random properties (stacks of modules, compile sequences under
-# autocast) prove nothing on stock (they may or may not draw a failing
-# case); the two-process autocast test repeats on stock what the
-# one-process tests already show there: patched only.
-NOT_ON_STOCK = "not random_stacks and not under_autocast and not processes_sharing_a_cache"
+# What proves nothing on stock (the random properties, the two-process
+# autocast test): marked patched_only by test/dynamo/conftest.py.
+NOT_ON_STOCK = "not patched_only"
 # scripts/new-base, rehearsed on every base: the stock venv of each base's
 # release, and of 2.12.1 (a release whose files are a base's).
 NEW_BASE_RELEASES = ("2.9.0", "2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0",
@@ -113,7 +111,7 @@ def full_tier(build: Build, pytest_args: Sequence[str]) -> List[Job]:
         # A full-tier stock run keeps what it can tell (conftest.py,
         # stock_expectations.checks_something_on_stock).
         jobs.append(Job(f"stock-{release}", f"stock-{release}", build.stock,
-                        ["-k", NOT_ON_STOCK, *DYNAMO_SUITES, *STOCK_ONLY_SUITES,
+                        ["-m", NOT_ON_STOCK, *DYNAMO_SUITES, *STOCK_ONLY_SUITES,
                          *stock_verify],
                         {"PREGRAD_EXPECT_STOCK": release,
                          "PREGRAD_STOCK_DISCRIMINATING": release}, release))
@@ -146,11 +144,26 @@ def tools_env(builds: Dict[str, Build]) -> Dict[str, str]:
 
 def tools_job(builds: Dict[str, Build], pytest_args: Sequence[str]) -> Job:
     # test_new_base.py needs every base's stock venv and test_uv_end_to_end.py
-    # the release wheel in the cache: jobs of their own.
+    # the release wheel in the cache: jobs of their own (marked own_job,
+    # test/tools/conftest.py).
     return Job("tools", "tools", builds[TOOLS_STOCK].patched,
-               ["test/tools", "--ignore=test/tools/test_new_base.py",
-                "--ignore=test/tools/test_uv_end_to_end.py", *pytest_args],
-               tools_env(builds))
+               ["test/tools", *selecting("not own_job", pytest_args)], tools_env(builds))
+
+
+def selecting(marks: str, pytest_args: Sequence[str]) -> List[str]:
+    """`-m marks` and PYTEST_ARGS; pytest keeps only the last -m, so one of
+    PYTEST_ARGS (-m EXPR, -mEXPR) is joined to `marks` with `and`."""
+    expressions, rest = [marks], []
+    words = iter(pytest_args)
+    for word in words:
+        if word == "-m":
+            expressions.append(next(words, ""))
+        elif word.startswith("-m") and not word.startswith("--"):
+            expressions.append(word[2:])
+        else:
+            rest.append(word)
+    joined = " and ".join(f"({expression})" for expression in expressions if expression)
+    return ["-m", marks if len(expressions) == 1 else joined, *rest]
 
 
 def wheel_jobs(builds: Dict[str, Build], wheel_python: str, wheel: str,

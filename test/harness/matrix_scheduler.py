@@ -25,6 +25,10 @@ from matrix_jobs import Job
 # -rs: the log says why a test skipped (test/torchao.tsv's reason, say).
 # --durations: the log says where a job's time goes.
 PYTEST_FLAGS = ("-q", "-rs", "-p", "no:randomly", "--tb=short", "--durations=15")
+# Every job has what its tests need (a torch venv, the servers, uv): a missing
+# one is an error here, where elsewhere the test skips (test/tools/prerequisites.py,
+# test/dynamo/conftest.py).
+REQUIRE_ALL = {"PREGRAD_REQUIRE_ALL": "1"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +128,8 @@ class PytestRunner:
                         return Outcome(job, None, 0.0)
                     process = subprocess.Popen(self.command(job), stdout=log,
                                                stderr=subprocess.STDOUT, cwd=self.repo,
-                                               env={**self.base_env, **job.env},
+                                               env={**self.base_env, **REQUIRE_ALL,
+                                                    **job.env},
                                                start_new_session=True)
                     self._processes[job.name] = process
             except OSError as problem:  # no such interpreter: the log says so

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import expecttest
 
-from torch_backport.errors import REPO
-from torch_backport.identify import topic_files
-from torch_backport.series import primary_topic, select_topics, topics
+from torch_backport.infra.paths import REPO
+from torch_backport.patchset.identify import topic_files
+from torch_backport.patchset.series import primary_topic, select_topics, topics
+
+from prerequisites import missing
 
 # The product's names that users and other tools see, written out here once
 # and never imported from torch_backport: a change to one fails the tests
@@ -33,7 +35,7 @@ STATE_DIRNAME = ".torch-pregrad-backport"  # beside site-packages/torch
 MANIFEST = "manifest.json"  # in the state directory
 BACKUPS = "orig"  # <state directory>/orig/<path>: the wheel's bytes
 BUILT_NAME = "PREGRAD_BACKPORT.json"  # in a patched wheel's dist-info
-FAULT = "_PREGRAD_TEST_FAULT"  # fsio's fault hook: kill:N, oserror:N
+FAULT = "_PREGRAD_TEST_FAULT"  # fsio's fault hook: kill:N, enospc:N
 # The supported bases, as apply.sh lists them.
 BASES = "v2.9.0, v2.9.1, v2.10.0, v2.11.0, v2.12.0, v2.13.0, v2.14.1"
 AUTOCAST_BASES = "v2.9.1, v2.10.0, v2.11.0, v2.12.0, v2.13.0, v2.14.1"
@@ -94,13 +96,13 @@ def torch_site(python: str) -> Path:
 
 
 def source_python(variable: str) -> str:
-    """The interpreter of a real torch install, named by scripts/test.sh."""
+    """The interpreter of a real torch install, named by scripts/test.sh;
+    unset, the test skips (an error in the matrix: prerequisites.py)."""
     value = os.environ.get(variable)
     if not value:
-        raise RuntimeError(
-            f"{variable} is not set: run these tests through scripts/test.sh, which "
-            "sets it to the python of a real torch venv"
-        )
+        release = {STOCK: "2.11.0", UPSTREAM: "2.12.0"}.get(variable, "a release")
+        missing(f"needs a torch venv: {variable} is not set (the python of a venv with "
+                f"torch {release} as released; scripts/test.sh sets it, docs/testing.md)")
     return value
 
 

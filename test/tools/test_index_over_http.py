@@ -14,10 +14,11 @@ each writing an access log. Against both:
   23.3 downloads the wheel in --dry-run whatever the index offers; this
   venv's is checked for its pick only.)
 
-nginx missing: the test fails where it could be installed (root with
-apt-get: scripts/test.sh installs it, as it does redis-server) and is skipped
-where it cannot. The current pip and poetry (requirements/index-clients.txt)
-live in a venv made once under $PREGRAD_CACHE/tools/, not in every test venv.
+nginx, uv (beside this python) or pip's index (for the venv below) missing,
+a test skips, saying so; in the matrix, which installs nginx as it does
+redis-server, that is an error (PREGRAD_REQUIRE_ALL=1, prerequisites.py).
+The current pip and poetry (requirements/index-clients.txt) live in a venv
+made once under $PREGRAD_CACHE/tools/, not in every test venv.
 """
 
 from __future__ import annotations
@@ -43,11 +44,11 @@ from urllib.parse import quote, unquote
 
 from fake_install import APPLY, REPO, source_python, STOCK
 from fake_wheel import fleet_env, make_fake_wheel, release_files
-from torch_backport.fsio import cache_dir
+from prerequisites import missing
+from torch_backport.infra.fsio import cache_dir
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK)
                                   else None)
-CAN_INSTALL = os.geteuid() == 0 and shutil.which("apt-get") is not None
 PLATFORM = "manylinux_2_28_x86_64"
 # pip resolves for the wheel's target whatever machine runs the test.
 PIP_TARGET = ["--only-binary=:all:", "--implementation", "cp", "--platform", PLATFORM,
@@ -182,12 +183,16 @@ def start_http_server(root: Path, run: Path) -> Server:
 
 
 def require_nginx() -> None:
-    if NGINX is None and not CAN_INSTALL:
-        raise unittest.SkipTest("nginx is not installed and cannot be here (not root, or no "
-                                "apt-get): install Debian's nginx to run this test")
     if NGINX is None:
-        raise AssertionError("nginx is not installed: apt-get install nginx (scripts/test.sh "
-                             "installs it when run as root)")
+        missing("needs nginx: install Debian's nginx (scripts/test.sh installs it when run "
+                "as root)")
+
+
+def require_uv() -> Path:
+    uv = Path(sys.executable).parent / "uv"
+    if not uv.exists():
+        missing(f"needs uv beside {sys.executable} (requirements/test.txt pins it)")
+    return uv
 
 
 def clients_python() -> Path:
@@ -206,8 +211,8 @@ def clients_python() -> Path:
                              "--disable-pip-version-check", "-r", str(CLIENTS)]):
                 made = subprocess.run(command, capture_output=True, text=True)
                 if made.returncode != 0:
-                    raise AssertionError(f"could not make {venv}: {' '.join(command)}: "
-                                         f"{made.stdout}{made.stderr}")
+                    missing(f"needs pip's index: could not make {venv}: {' '.join(command)}: "
+                            f"{made.stdout}{made.stderr}")
             ready.write_text(wanted)
     return venv / "bin" / "python"
 
@@ -359,7 +364,7 @@ class IndexOverHttp(unittest.TestCase):
         self.assertEqual(install["download_info"]["url"], self.wheel_url(server))
 
     def test_uv_lock_pins_the_patched_wheel_by_its_metadata(self) -> None:
-        uv = Path(sys.executable).parent / "uv"
+        uv = require_uv()
 
         def resolve(server: Server, scratch: Path, env: dict[str, str]) -> None:
             where = project(scratch / "project", f"{server.url}/simple")
@@ -402,7 +407,7 @@ class RealWheelOverHttp(unittest.TestCase):
     PyPI) pick it, and the server sends them under 5 MB together."""
 
     def test_pip_and_uv_lock_take_under_5_mb_from_the_server(self) -> None:
-        from torch_backport.index import read_all, write_index
+        from torch_backport.generated.index import read_all, write_index
         require_nginx()
         wheel = Path(os.environ["PREGRAD_PATCHED_WHEEL"])
         scratch = Path(tempfile.mkdtemp(prefix="pregrad-index-real-"))
@@ -430,7 +435,7 @@ class RealWheelOverHttp(unittest.TestCase):
         where = project(scratch / "project", f"{server.url}/simple")
         pyproject = where / "pyproject.toml"  # triton 3.6.0 requires Python <3.15
         pyproject.write_text(pyproject.read_text().replace('">=3.11"', '">=3.11,<3.15"'))
-        locked = subprocess.run([str(Path(sys.executable).parent / "uv"), "lock", "--no-config"],
+        locked = subprocess.run([str(require_uv()), "lock", "--no-config"],
                                 cwd=where, capture_output=True, text=True, env=env)
         self.assertEqual(locked.returncode, 0, locked.stdout + locked.stderr)
         self.assertIn(f'url = "{server.url}/{quote(wheel.name)}"',

@@ -12,12 +12,13 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
+
+import pytest
 
 from fake_install import REPO, ScratchTestCase
 
 sys.path.insert(0, str(REPO / "test" / "harness"))
-from matrix_jobs import Job  # noqa: E402
+from matrix_jobs import Job, selecting  # noqa: E402
 from matrix_report import counts_by_suite, Verdicts, verdicts  # noqa: E402
 from matrix_scheduler import Outcome, PytestRunner, Scheduler  # noqa: E402
 
@@ -195,6 +196,14 @@ class VerdictTest(ScratchTestCase):
             "-", "pytest exit 5: no test collected (all deselected?)"))
         self.assertEqual(found.total.failed, 1)
 
+    def test_every_job_must_have_what_its_tests_need(self) -> None:
+        """PREGRAD_REQUIRE_ALL=1: a missing prerequisite is an error, not a
+        skip (test/tools/prerequisites.py)."""
+        _, codes = self.run_jobs({"test_env.py": "import os\n\ndef test_required():\n"
+                                  "    assert os.environ['PREGRAD_REQUIRE_ALL'] == '1'\n"},
+                                 [Job("tools", "tools", sys.executable, ["test_env.py"])])
+        self.assertEqual(codes, {"tools": 0})
+
     def test_an_interpreter_that_is_not_there_fails_the_job(self) -> None:
         found, codes = self.run_jobs({}, [Job("gone", "tools", str(self.tmp / "no-python"), [])])
         self.assertEqual(codes, {"gone": None})
@@ -254,9 +263,18 @@ class CommandLineTest(ScratchTestCase):
             "patched-2.11.0-results", "patched-2.11.0", "tools", "wheel-2.11.0", "uv-fleet",
             "patched-2.12.0-results", "patched-2.12.0"])  # no stock jobs with PYTEST_ARGS
         self.assertTrue(all(job["argv"][-1] == "-x" for job in jobs))
+        self.assertEqual(jobs[2]["argv"], ["test/tools", "-m", "not own_job", "-x"])
         self.assertEqual(jobs[0]["env"], {"PREGRAD_EXPECT_PATCHED": "2.11.0"})
         self.assertFalse((self.tmp / "cache").exists())
         self.assertIn("new-base rehearsal: not run", listed.stderr)
+
+    def test_a_marker_expression_of_pytest_args_narrows_the_job_s_own(self) -> None:
+        """pytest keeps the last -m only: one of PYTEST_ARGS is joined to
+        the job's."""
+        for args, argv in ((["-m", "slow", "-x"], ["-m", "(not own_job) and (slow)", "-x"]),
+                           (["-mslow"], ["-m", "(not own_job) and (slow)"]),
+                           (["-k", "shape"], ["-m", "not own_job", "-k", "shape"])):
+            self.assertEqual(selecting("not own_job", args), argv, args)
 
     def test_list_of_a_full_run_has_stock_jobs_that_expect_their_failures(self) -> None:
         listed = self.matrix("--releases", "2.11.0", "--list")
@@ -265,8 +283,10 @@ class CommandLineTest(ScratchTestCase):
                                         "stock-2.11.0", "uv-fleet", "wheel-2.11.0"])
         self.assertEqual(jobs["stock-2.11.0"]["env"], {
             "PREGRAD_EXPECT_STOCK": "2.11.0", "PREGRAD_STOCK_DISCRIMINATING": "2.11.0"})
+        self.assertEqual(jobs["stock-2.11.0"]["argv"][:2], ["-m", "not patched_only"])
 
 
+@pytest.mark.usefixtures("patched_python")  # conftest.py: skips without
 class StockExpectationTest(ScratchTestCase):
     """test/dynamo/conftest.py on this torch: a test stock_expectations.py
     says fails on stock 2.11.0 (the timing option's default), run on a torch
@@ -281,12 +301,6 @@ class StockExpectationTest(ScratchTestCase):
             capture_output=True, text=True, cwd=REPO, env={**os.environ, **env})
 
     def test_a_stock_cell_that_passes_fails_the_run(self) -> None:
-        probe = subprocess.run([sys.executable, "-c", "import torch._inductor.config as c; "
-                                "print(hasattr(c, 'pre_grad_pass_timing'))"],
-                               capture_output=True, text=True)
-        if probe.stdout.strip() != "True":
-            self.skipTest("needs a torch with pre_grad_pass_timing (the tool suite's "
-                          "patched 2.11.0)")
         as_stock = self.pytest(PREGRAD_EXPECT_STOCK="2.11.0")
         self.assertEqual(as_stock.returncode, 1, as_stock.stdout)
         self.assertIn("XPASS(strict)", as_stock.stdout)

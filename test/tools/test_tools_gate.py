@@ -14,6 +14,8 @@ import unittest
 from pathlib import Path
 from typing import NamedTuple
 
+import pytest
+
 from fake_install import REPO, ScratchTestCase
 
 
@@ -27,26 +29,36 @@ class Break(NamedTuple):
 
 
 BREAKS = [
+    Break("an option's help is the table's, for every mode",
+          "torch_backport/options.py", "        if mode in option.help:\n",
+          "        if mode in option.help and option.name != \"--lock\":\n",
+          "test_options.py::OptionTableTest::"
+          "test_the_help_describes_every_option_of_the_table"),
+    Break("an error is said with the command as typed",
+          "torch_backport/infra/errors.py", 'print(f"{command}: {problem}"',
+          'print(f"error: {problem}"',
+          "test_apply_wheel.py::ApplyWheelTest::"
+          "test_apply_refuses_a_modified_install_and_changes_nothing"),
     Break("--model without --verify is a usage error, not a silent no-op",
           "torch_backport/cli.py", 'return [(request.command != "verify", "--model goes with',
           'return [(False, "--model goes with',
           "test_error_paths.py::ErrorPathsTest::test_verify_and_model_rules_are_usage_errors"),
     Break("a patch that applies but leaves another post-image is refused",
-          "torch_backport/apply.py", "if blob != diff.post_blob:", "if False:",
+          "torch_backport/patchset/apply.py", "if blob != diff.post_blob:", "if False:",
           "test_reliability.py::ReliabilityTest::"
           "test_hand_edited_patch_that_still_applies_is_refused_by_its_post_image"),
     Break("files that differ from RECORD are refused",
-          "torch_backport/wheel_mode.py",
+          "torch_backport/installed/mode.py",
           '    if status.state is State.MODIFIED:\n        what = ("the series is applied',
           '    if False:\n        what = ("the series is applied',
           "test_apply_wheel.py::ApplyWheelTest::"
           "test_apply_refuses_a_modified_install_and_changes_nothing"),
     Break("an optional topic without a series is not available, not a failure",
-          "torch_backport/series.py", "return not named and not self.primary", "return False",
+          "torch_backport/patchset/series.py", "return not named and not self.primary", "return False",
           "test_topics.py::TopicsWheelTest::"
           "test_status_calls_an_opt_in_topic_without_a_series_not_available"),
     Break("every topic is planned before any is written",
-          "torch_backport/driver.py",
+          "torch_backport/patchset/driver.py",
           "plans = [make_plan(mode, command, topic, named, tried=len(chosen) > 1)\n"
           "             for topic in chosen]",
           "plans = (make_plan(mode, command, topic, named, tried=len(chosen) > 1)\n"
@@ -54,50 +66,50 @@ BREAKS = [
           "test_topics.py::TopicsWheelTest::"
           "test_all_topics_are_refused_together_when_one_cannot_apply"),
     Break("a refused checkout run leaves ORIG_HEAD as it was",
-          "torch_backport/checkout_mode.py",
+          "torch_backport/checkout/mode.py",
           '    if before:\n        git("update-ref", "--no-deref", "ORIG_HEAD"',
           '    if False:\n        git("update-ref", "--no-deref", "ORIG_HEAD"',
           "test_apply_checkout.py::ApplyCheckoutTest::"
           "test_refuses_a_conflict_naming_patch_file_and_line"),
     Break("a checkout whose history held a base's files gets that base",
-          "torch_backport/checkout_base.py", "    if floor:\n", "    if False:\n",
+          "torch_backport/checkout/base.py", "    if floor:\n", "    if False:\n",
           "test_apply_checkout.py::ApplyCheckoutTest::"
           "test_every_touched_file_changed_since_the_release_still_finds_its_base"),
     Break("an overlay never replaces a directory holding files it did not write",
-          "torch_backport/overlay.py", "    if foreign:\n", "    if False:\n",
+          "torch_backport/generated/overlay.py", "    if foreign:\n", "    if False:\n",
           "test_apply_wheel.py::ApplyWheelTest::"
           "test_overlay_refuses_a_directory_it_did_not_fill"),
     Break("a patched wheel is read against the source wheel's RECORD",
-          "torch_backport/patched_wheel.py",
+          "torch_backport/generated/patched_wheel.py",
           "        data: bytes = wheel.read(name)",
           "        data: bytes = zipfile.ZipFile.open(wheel, name).read()",
           "test_patched_wheel.py::PatchedWheelTest::"
           "test_a_file_that_does_not_match_record_is_refused"),
     Break("credentials go to their origin: scheme, host and port",
-          "torch_backport/pip_config.py", "            if known == wanted:",
+          "torch_backport/download/pip_config.py", "            if known == wanted:",
           "            if known[1] == wanted[1]:",
           "test_credentials_by_origin.py::RedirectsTest::"
           "test_each_redirect_code_to_another_port_sends_no_credentials"),
     Break("a reply whose declared length is past the range is refused before its body",
-          "torch_backport/transport.py", "if declared.isdigit() and int(declared) > limit:",
+          "torch_backport/download/transport.py", "if declared.isdigit() and int(declared) > limit:",
           "if False:",
           "test_hostile_replies.py::LongReplyTest::"
           "test_a_declared_length_past_the_range_is_refused_before_the_body"),
     Break("a member whose zip size is not RECORD's is not read",
-          "torch_backport/wheels.py", "    if info.file_size != size or info.compress_size",
+          "torch_backport/download/release_wheels.py", "    if info.file_size != size or info.compress_size",
           "    if False and info.compress_size",
           "test_hostile_replies.py::LyingZipTest::"
           "test_a_zip_bomb_member_is_refused_before_it_is_inflated"),
     Break("a RECORD entry the zip lacks is an error",
-          "torch_backport/wheels.py", "        if rel in listed and rel not in names:",
+          "torch_backport/download/release_wheels.py", "        if rel in listed and rel not in names:",
           "        if False:",
           "test_hostile_replies.py::LyingZipTest::test_a_record_entry_the_zip_lacks_is_an_error"),
     Break("member names that climb out of the install are refused",
-          "torch_backport/record.py", '    if ".." in name.split("/"):', "    if False:",
+          "torch_backport/infra/record.py", '    if ".." in name.split("/"):', "    if False:",
           "test_hostile_wheels.py::HostileWheelTest::"
           "test_member_names_that_leave_the_install_are_refused_by_the_index"),
     Break("temporary files are created exclusively, never at a name planted in advance",
-          "torch_backport/fsio.py",
+          "torch_backport/infra/fsio.py",
           '\n    handle, tmp = _new_file(target.parent, f".{target.name}.")\n',
           '\n    tmp = target.with_name(f".{target.name}{TEMP_SUFFIX}")\n'
           '    handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)\n',
@@ -109,6 +121,9 @@ COPIED = ("setup.cfg", "torch_backport", "maint", "patches", "scripts", "test/to
           "test/harness")
 
 
+# The guarded tests make small installs from both real torch venvs: without
+# them they skip, and a skip is no failure (conftest.py's fixtures skip here too).
+@pytest.mark.usefixtures("stock_python", "upstream_python")
 class ToolsGateTest(ScratchTestCase):
     def broken_copy(self, broken: Break) -> Path:
         copy = self.tmp / "project"

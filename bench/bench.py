@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from host import machine
 
 HERE = Path(__file__).resolve().parent
 BUILDS = ["stock", "patched", "upstream"]
@@ -168,17 +169,6 @@ def plot(runs: list[dict[str, Any]], configs: list[tuple[str, int, str, str]], o
     fig.savefig(out / "pregrad_vs_size.png", dpi=110)
     plt.close(fig)
     return ["warm_breakdown.png", "pregrad_vs_size.png"]
-
-
-def machine() -> dict[str, Any]:
-    model = ""
-    try:
-        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                     if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": model, "cores": os.cpu_count(), "platform": platform.platform(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def main() -> int:

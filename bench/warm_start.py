@@ -166,13 +166,13 @@ def measure(pythons: dict[str, str], repeats: int) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    """bench.py's description of the machine, and how busy it was. Imported
-    here, in the parent only: the timed child imports nothing it does not
-    need."""
+    """host.py's description of the machine (bench.py records the same), and
+    how busy it was. Imported here, in the parent only: the timed child
+    imports nothing it does not need."""
     sys.path.insert(0, str(HERE))
-    import bench
+    import host
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {**bench.machine(), "load_average_at_end": load}
+    return {**host.machine(), "load_average_at_end": load}
 
 
 def stats(data: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -88,6 +88,16 @@ class LeftoversTest(InstallTestCase):
         self.assertEqual(code, 0, output)
 
 
+def loading_the_package(pid: int) -> bool:
+    """Whether process `pid` maps an extension module that only the
+    package's own imports load (json, subprocess), not Python's start-up."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+    return any(name in maps for name in ("/_json.", "/_posixsubprocess.", "/select."))
+
+
 class MessagesTest(InstallTestCase):
     def test_an_empty_python_is_a_usage_error(self) -> None:
         code, output = run("--python", "", "--status")
@@ -105,7 +115,14 @@ class MessagesTest(InstallTestCase):
         install = self.install()
         process = subprocess.Popen([str(APPLY), "--python", str(install.python), "--check"],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.15)
+        # At once, while the package loads: once _launch.py's first lines
+        # run. Before them a Ctrl-C meets bash or an interpreter still
+        # starting, Python's own (a loaded machine takes longer than any fixed
+        # sleep); the package's imports are the first to map json's and
+        # subprocess's extension modules.
+        deadline = time.monotonic() + 30
+        while not loading_the_package(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
         process.send_signal(signal.SIGINT)
         out, err = process.communicate()
         self.assertEqual(process.returncode, 130, out + err)

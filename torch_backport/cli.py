@@ -306,7 +306,7 @@ def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
         if request.helping:
             if prog_note:
                 print(prog_note)
-            modes = options.modes_of(request.command, request.checkout is not None,
+            modes = options.sections_for(request.command, request.checkout is not None,
                                      request.python is not None)
             print(apply_help(invoked_as(default_python), modes), end="")
             return 0

@@ -5,9 +5,9 @@ releases of patches/topics.tsv and patches/releases.tsv filled in."""
 from __future__ import annotations
 
 import textwrap
-from typing import Dict, Mapping, Sequence
+from typing import Dict, Sequence
 
-from torch_backport.options import Mode, section, usage
+from torch_backport.options import fill, Section, section, usage
 
 INTRO = """\
 Brings torch 2.12's cache-aware pre-grad pass timing
@@ -63,26 +63,20 @@ error; 130 interrupted); 2 for a usage error of torch-backport itself.
 
 
 def apply_help(prog: str = "scripts/apply.sh",
-               modes: Sequence[Mode] = tuple(Mode)) -> str:
-    """The help of `prog` for `modes` (options.modes_of), from the option
+               modes: Sequence[Section] = tuple(Section)) -> str:
+    """The help of `prog` for `modes` (options.sections_for), from the option
     table, with the topics and releases of patches/topics.tsv and
     patches/releases.tsv."""
     filled = table_words()
     parts = ["\n".join(usage(prog)), INTRO]
     for mode in modes:
         lines = section(mode, filled)
-        if mode is Mode.TOPICS:
+        if mode is Section.TOPICS:
             lines[1:1] = fill(TOPICS, filled).splitlines() + [""]
             lines.append("\n" + WHICH_SERIES)
         parts.append("\n".join(lines))
     parts.append(fill(CLOSING, filled))
     return "\n\n".join(parts) + "\n"
-
-
-def fill(text: str, filled: Mapping[str, str]) -> str:
-    for marker, value in filled.items():
-        text = text.replace(marker, value)
-    return text
 
 
 def table_words() -> Dict[str, str]:

@@ -26,7 +26,7 @@ class Kind(enum.Enum):
     POSITIONAL = "positional"  # CHECKOUT
 
 
-class Mode(enum.Enum):
+class Section(enum.Enum):
     """The sections of --help, one per kind of target: its title, and where
     docs/usage.md has it in full."""
     TOPICS = ("Topics", "")
@@ -44,7 +44,7 @@ class Mode(enum.Enum):
 class Option:
     name: str  # --python, or CHECKOUT for the positional argument
     kind: Kind
-    help: Mapping[Mode, str]
+    help: Mapping[Section, str]
     value: Optional[str] = None  # the value's name in the help: PY
     dest: Optional[str] = None  # the Request field, where it is not the name's
     needs: Optional[str] = None  # said when the value is missing
@@ -61,89 +61,89 @@ class Option:
 OPTIONS: Tuple[Option, ...] = (
     Option("--topic", Kind.REPEATED, dest="topics", value="T",
            needs="--topic needs a topic name (or default, or all)", help={
-               Mode.TOPICS: "act on topic T (repeat it, or T1,T2; `all` is every topic, "
+               Section.TOPICS: "act on topic T (repeat it, or T1,T2; `all` is every topic, "
                "`default` the default ones, so `default,cpu-isa-probe` adds the opt-in "
                "topic to them). An unknown name is a usage error (exit 2). Without it "
                "apply, --revert and --overlay act on the default topics, and --status "
                "reports every topic."}),
     Option("--python", Kind.VALUE, value="PY", needs="--python needs an interpreter", help={
-        Mode.INSTALL: "apply the series whose base's files PY's torch holds, after "
+        Section.INSTALL: "apply the series whose base's files PY's torch holds, after "
         "checking every file it touches against the wheel's RECORD (a mismatch is "
         "refused, naming the files, with nothing changed). Originals are kept in "
         "site-packages/.torch-pregrad-backport*/ for --revert. A second apply says "
         "\"already applied\". @WITH_FEATURE@ have the feature and get their results "
         "fixes; an unseen release with the feature is refused with what to do "
         "(scripts/new-base).",
-        Mode.OVERLAY: "take the pristine files from PY's torch (its files must be "
+        Section.OVERLAY: "take the pristine files from PY's torch (its files must be "
         "BASE's, pristine or patched here) instead of the release wheel on pip's index"}),
     Option("--check", Kind.SWITCH, help={
-        Mode.INSTALL: "say what would happen; write nothing",
-        Mode.CHECKOUT: "apply into a throw-away index: HEAD, index and tree untouched",
-        Mode.WHEEL: "check IN and the series; write nothing"}),
+        Section.INSTALL: "say what would happen; write nothing",
+        Section.CHECKOUT: "apply into a throw-away index: HEAD, index and tree untouched",
+        Section.WHEEL: "check IN and the series; write nothing"}),
     Option("--status", Kind.MODE, help={
-        Mode.INSTALL: "each topic's state: pristine / patched / modified / outdated / "
+        Section.INSTALL: "each topic's state: pristine / patched / modified / outdated / "
         "interrupted / has the feature / unseen / unsupported ... (exit 0 when each is "
         "pristine, patched or has the feature; 3 when a topic is unseen)",
-        Mode.CHECKOUT: "which patches are applied (by patch-id), and whether the feature "
+        Section.CHECKOUT: "which patches are applied (by patch-id), and whether the feature "
         "is present at HEAD"}),
     Option("--expect", Kind.VALUE, value="patched", needs="--expect needs a state: "
            "--expect patched", help={
-               Mode.INSTALL: "with --status, the guard for images and CI: exit 1 unless "
+               Section.INSTALL: "with --status, the guard for images and CI: exit 1 unless "
                "every default topic is applied (by apply.sh or a patched wheel) or "
                "upstream's"}),
     Option("--revert", Kind.MODE, help={
-        Mode.INSTALL: "restore the originals, checked against RECORD again; also "
+        Section.INSTALL: "restore the originals, checked against RECORD again; also "
         "finishes or rolls back an interrupted run",
-        Mode.CHECKOUT: "`git revert` exactly the series' commits, newest first; refuses, "
+        Section.CHECKOUT: "`git revert` exactly the series' commits, newest first; refuses, "
         "naming the later commits, if they touched the same lines"}),
     Option("--verify", Kind.MODE, help={
-        Mode.INSTALL: "in a fresh process of PY, with an Inductor cache of its own and no "
+        Section.INSTALL: "in a fresh process of PY, with an Inductor cache of its own and no "
         "bytecode written, run what each topic promises and print one line per cell, "
         "expected beside actual; exit 0 only if every cell holds. About 15-25 s on 2 "
         "cores; needs a C++ compiler (docs/usage.md#proof-from-the-running-code---verify)"}),
     Option("--model", Kind.VALUE, value="MODULE:FACTORY",
            needs="--model needs MODULE:FACTORY, e.g. mypkg.models:make_model", help={
-               Mode.INSTALL: "with --verify: your own model, from FACTORY in MODULE (a "
+               Section.INSTALL: "with --verify: your own model, from FACTORY in MODULE (a "
                "module name or a .py file), which returns (model, example_inputs); one "
                "row per entry point (compile_fx, torch._inductor.compile, export, "
                "AOTInductor, torch.compile) with its max abs error against eager"}),
     Option("CHECKOUT", Kind.POSITIONAL, help={
-        Mode.CHECKOUT: "identify the base by the content of the files the series touches "
+        Section.CHECKOUT: "identify the base by the content of the files the series touches "
         "(patches/<base>/pristine.tsv), say which and why, then `git am -3` the series: "
         "one commit per patch. Refuses, changing nothing, a dirty tree, an operation in "
         "progress, an unknown base and a conflict the 3-way merge cannot resolve. A "
         "@FIXED_BASES@ tree gets its results fixes."}),
     Option("--no-commit", Kind.SWITCH, help={
-        Mode.CHECKOUT: "stage the changes instead of committing them"}),
+        Section.CHECKOUT: "stage the changes instead of committing them"}),
     Option("--wheel", Kind.MODE_VALUE, value="IN", needs="--wheel needs a torch wheel file "
            "or torch==X", help={
-               Mode.WHEEL: "IN is a torch wheel file, or torch==X for the release wheel "
+               Section.WHEEL: "IN is a torch wheel file, or torch==X for the release wheel "
                "(downloaded once into the cache). Checks IN against its RECORD, applies "
                "each topic's series and writes the same wheel with version "
                "X+pregrad.g<10 hex>, the same bytes every time"}),
     Option("--out", Kind.VALUE, value="DIR", needs="--out needs a directory", help={
-        Mode.WHEEL: "where the wheel goes (required)",
-        Mode.OVERLAY: "write there instead of overlay/"}),
+        Section.WHEEL: "where the wheel goes (required)",
+        Section.OVERLAY: "write there instead of overlay/"}),
     Option("--lock", Kind.VALUE, value="FILE", needs="--lock needs a file name, e.g. "
            "dist/requirements.txt", help={
-               Mode.WHEEL: "also write FILE, a requirements file for pip install "
+               Section.WHEEL: "also write FILE, a requirements file for pip install "
                "--require-hashes: torch==X's dependencies as pip resolves them now, and "
                "the patched wheel in torch's place (for this Python and platform)"}),
     Option("--platform", Kind.REPEATED, value="TAG", dest="platforms",
            needs="--platform needs a wheel platform tag, e.g. manylinux_2_28_aarch64", help={
-               Mode.WHEEL: "with --wheel torch==X: build for this wheel platform tag "
+               Section.WHEEL: "with --wheel torch==X: build for this wheel platform tag "
                "(repeat it), and write DIR/simple/, a PEP 503 index of every patched "
                "wheel in DIR"}),
     Option("--python-version", Kind.REPEATED, value="V", dest="python_versions",
            needs="--python-version needs a version, e.g. 3.12", help={
-               Mode.WHEEL: "with --platform: for CPython V (repeat it; default 3.10, "
+               Section.WHEEL: "with --platform: for CPython V (repeat it; default 3.10, "
                "3.11, 3.12 and 3.13)"}),
     Option("--all-platforms", Kind.SWITCH, help={
-        Mode.WHEEL: "every Linux x86_64 and aarch64, macOS arm64 and Windows amd64 wheel "
+        Section.WHEEL: "every Linux x86_64 and aarch64, macOS arm64 and Windows amd64 wheel "
         "of CPython 3.10-3.13 the release has"}),
     Option("--overlay", Kind.MODE_VALUE, value="BASE", dest="overlay_base",
            needs="--overlay needs a base, e.g. v2.11.0", help={
-               Mode.OVERLAY: "generate overlay/ for BASE (e.g. v2.11.0, or a release "
+               Section.OVERLAY: "generate overlay/ for BASE (e.g. v2.11.0, or a release "
                "without a series of its own, e.g. 2.12.1) from the pristine release files "
                "plus the series; the files come from the release wheel on pip's index, "
                "read by HTTP range (a few MB)"}),
@@ -217,7 +217,14 @@ def entry(shown: str, text: str) -> List[str]:
     return [first] + lines
 
 
-def section(mode: Mode, filled: Mapping[str, str]) -> List[str]:
+def fill(text: str, filled: Mapping[str, str]) -> str:
+    """`text` with each @MARKER@ of `filled` replaced by its words."""
+    for marker, value in filled.items():
+        text = text.replace(marker, value)
+    return text
+
+
+def section(mode: Section, filled: Mapping[str, str]) -> List[str]:
     """A mode's help: its title, then its options, the one that chooses the
     mode first."""
     title, docs = mode.value
@@ -225,10 +232,7 @@ def section(mode: Mode, filled: Mapping[str, str]) -> List[str]:
     choosing = (Kind.MODE_VALUE, Kind.POSITIONAL)
     for option in sorted(OPTIONS, key=lambda option: option.kind not in choosing):
         if mode in option.help:
-            text = option.help[mode]
-            for marker, value in filled.items():
-                text = text.replace(marker, value)
-            lines += entry(option.shown, text)
+            lines += entry(option.shown, fill(option.help[mode], filled))
     return lines
 
 
@@ -237,14 +241,14 @@ def usage(prog: str) -> List[str]:
             for number, line in enumerate(USAGE)]
 
 
-def modes_of(command: str, checkout: bool, python: bool) -> Sequence[Mode]:
+def sections_for(command: str, checkout: bool, python: bool) -> Sequence[Section]:
     """The sections --help shows after these options: one mode's, or all."""
     if checkout:
-        return (Mode.TOPICS, Mode.CHECKOUT)
+        return (Section.TOPICS, Section.CHECKOUT)
     if command == "overlay":
-        return (Mode.TOPICS, Mode.OVERLAY)
+        return (Section.TOPICS, Section.OVERLAY)
     if command == "wheel":
-        return (Mode.TOPICS, Mode.WHEEL)
+        return (Section.TOPICS, Section.WHEEL)
     if command in ("status", "revert", "verify") or python:
-        return (Mode.TOPICS, Mode.INSTALL)
-    return tuple(Mode)
+        return (Section.TOPICS, Section.INSTALL)
+    return tuple(Section)

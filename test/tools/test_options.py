@@ -55,7 +55,7 @@ class OptionTableTest(unittest.TestCase):
                     self.assertEqual(str(raised.exception), option.needs)
 
     def test_a_modes_help_shows_its_options_only(self) -> None:
-        helped = apply_help("scripts/apply.sh", options.modes_of("wheel", False, False))
+        helped = apply_help("scripts/apply.sh", options.sections_for("wheel", False, False))
         self.assertEqual(entries(helped), {"--topic", "--check", "--wheel", "--out", "--lock",
                                            "--platform", "--python-version",
                                            "--all-platforms"})

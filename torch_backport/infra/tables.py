@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from torch_backport.infra.errors import Refused
-
 from torch_backport.infra.paths import shown
 
 RELEASES = "releases.tsv"

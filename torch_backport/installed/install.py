@@ -27,8 +27,6 @@ from torch_backport.infra.git import git_blob_id
 from torch_backport.installed.records import Built, BUILT_NAME, BuiltTopic, Manifest
 from torch_backport.patchset.series import primary_topic, Topic
 
-__all__ = ["BUILT_NAME", "Manifest"]  # their home is records.py; imported from here too
-
 STATE_DIRNAME = ".torch-pregrad-backport"
 MANIFEST = "manifest.json"
 BACKUPS = "orig"  # <state dir>/orig/<path>: the wheel's bytes of each patched file

@@ -17,7 +17,8 @@ from typing import Callable, Dict, List, Optional, Union
 
 from torch_backport.infra.paths import shown
 from torch_backport.patchset.identify import Identified
-from torch_backport.installed.install import Install, Manifest
+from torch_backport.installed.install import Install
+from torch_backport.installed.records import Manifest
 from torch_backport.patchset.releases import known_defect
 from torch_backport.patchset.series import fixed_bases, Series, supported_bases
 from torch_backport.infra.tables import release_numbers

@@ -11,8 +11,8 @@ from torch_backport.infra import record
 from torch_backport.infra.errors import Refused
 from torch_backport.infra.git import git_blob_id
 from torch_backport.patchset.identify import Identified, identify, topic_files
-from torch_backport.installed.install import Install, Manifest, read_manifest, stale_bytecode
-from torch_backport.installed.records import BuiltTopic
+from torch_backport.installed.install import Install, read_manifest, stale_bytecode
+from torch_backport.installed.records import BuiltTopic, Manifest
 from torch_backport.installed.state import FileKind, State, Status
 from torch_backport.patchset.releases import known_defect
 from torch_backport.patchset.series import final_blobs, load_series, Series, supported_bases

@@ -35,8 +35,9 @@ from torch_backport.infra.fsio import (atomic_write, free_kb, leftover_temps, li
                                  own_like, refuse_link, refuse_links_below, fault_point, write_new,
                                  write_temp)
 from torch_backport.patchset.identify import topic_files
-from torch_backport.installed.install import (APPLIED, BACKUPS, Install, Manifest, MANIFEST,
-                                    read_manifest, refresh_bytecode)
+from torch_backport.installed.install import (APPLIED, BACKUPS, Install, MANIFEST,
+                                              read_manifest, refresh_bytecode)
+from torch_backport.installed.records import Manifest
 from torch_backport.installed.state import reinstall_command, State, Status
 from torch_backport.patchset.series import Series
 from torch_backport.installed.status import inspect

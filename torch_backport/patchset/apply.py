@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from torch_backport.infra.errors import Refused
-
 from torch_backport.infra.paths import shown
 from torch_backport.infra.git import git_blob_id, init_scratch, write_tree
 from torch_backport.patchset.patchfile import Patch

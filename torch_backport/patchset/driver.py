@@ -19,7 +19,6 @@ import sys
 from typing import Callable, ContextManager, List, Mapping, Optional, Tuple
 
 from torch_backport.infra.errors import BackportError, Failed, Refused, report
-
 from torch_backport.infra.paths import shown
 from torch_backport.patchset.identify import Match, series_by_content
 from torch_backport.patchset.series import refuse_shared_files, select_topics, Series, Topic

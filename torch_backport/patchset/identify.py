@@ -11,7 +11,6 @@ import enum
 from typing import Iterator, List, Mapping, Optional, Tuple
 
 from torch_backport.infra.errors import Refused
-
 from torch_backport.infra.paths import shown
 from torch_backport.patchset.series import (
     final_blobs,

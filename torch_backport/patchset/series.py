@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from torch_backport.infra.errors import Refused
-
 from torch_backport.infra.paths import REPO, shown
 from torch_backport.patchset.patchfile import parse_patch, Patch
 from torch_backport.infra.tables import release_numbers

@@ -367,6 +367,9 @@ def report(options: Options, logs: Path, scheduler: Scheduler, tiers: Dict[str, 
                   f"scripts/new-base {candidate} --served")
         else:
             print(f"candidate {candidate}: this run did not pass; it stays a candidate")
+    # Last, so that whoever reads only the end of the output sees what failed.
+    for failure in found.failed_tests:
+        print(f"failed: {failure}")
     print(f"summary: {found.total.passed} passed, {found.total.failed} failed")
     return 0 if passed else 1
 

@@ -51,15 +51,26 @@ def suite_of(classname: str, name: str) -> str:
     return module + ".py"
 
 
-def counts_by_suite(report: Path) -> Dict[str, Counts]:
+def first_line(text: str, width: int = 160) -> str:
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def counts_by_suite(report: Path, failures: Optional[List[str]] = None) -> Dict[str, Counts]:
+    """Counts per test file; each failing case, named with the first line of
+    its message, is appended to failures."""
     suites: Dict[str, Counts] = {}
     for case in ElementTree.parse(report).iter("testcase"):
         counts = suites.setdefault(suite_of(case.get("classname", ""), case.get("name", "")),
                                    Counts())
         children = {child.tag: child for child in case}
         skipped = children.get("skipped")
-        if "failure" in children or "error" in children:
+        failure = children.get("failure", children.get("error"))
+        if failure is not None:
             counts.failed += 1  # errors (a collection error too) are failures
+            if failures is not None:
+                failures.append(f"{case.get('classname', '')}::{case.get('name', '')}: "
+                                + first_line(failure.get("message") or failure.text or ""))
         elif skipped is not None and skipped.get("type") == "pytest.xfail":
             counts.expected_failures += 1
         elif skipped is not None:
@@ -75,6 +86,8 @@ class Verdicts:
     rows: List[Row] = dataclasses.field(default_factory=list)
     total: Counts = dataclasses.field(default_factory=Counts)
     failed_jobs: List[str] = dataclasses.field(default_factory=list)
+    # "<job> <test id>: <first line of its message>", for the run's last lines.
+    failed_tests: List[str] = dataclasses.field(default_factory=list)
     # The closing line counts the defects and missing features the stock
     # builds show; patched 2.15.0's one needless miss is not one.
     stock_expected_failures: int = 0
@@ -84,7 +97,10 @@ class Verdicts:
         exit_code = outcome.exit_code if outcome else None
         if exit_code != 0:
             self.failed_jobs.append(job.name)
-        suites = counts_by_suite(report) if report.is_file() and exit_code is not None else {}
+        failures: List[str] = []
+        suites = (counts_by_suite(report, failures)
+                  if report.is_file() and exit_code is not None else {})
+        self.failed_tests += [f"{job.name} {failure}" for failure in failures]
         for suite, counts in sorted(suites.items()):
             verdict = "ok" if not counts.failed else f"FAILED, see the end of {log}"
             if "PREGRAD_EXPECT_STOCK" in job.env:
@@ -101,6 +117,7 @@ class Verdicts:
                    else f"pytest exit {exit_code}: {EXIT_MEANING.get(exit_code, 'failed')}")
             self.rows.append(Row(job.build, "-", why, f"FAILED, see {log}"))
             self.total.failed += 1
+            self.failed_tests.append(f"{job.name}: {why}")
 
 
 def verdicts(queued: Iterable[Job], outcomes: Mapping[str, Outcome], logs: Path) -> Verdicts:

@@ -164,6 +164,15 @@ class VerdictTest(ScratchTestCase):
                       [(row.suite, row.counts) for row in found.rows])
         self.assertEqual(found.total.failed, 1)
 
+    def test_each_failing_test_is_named_with_its_message(self) -> None:
+        """The run ends with one "failed:" line per failing test: whoever reads
+        only the end of the output learns what failed without the logs."""
+        found, _ = self.run_jobs({"test_mixed.py": "def test_fine():\n    pass\n\n"
+                                  "def test_wrong():\n    assert 1 == 2, 'one is not two'\n"},
+                                 [Job("tools", "tools", sys.executable, ["test_mixed.py"])])
+        [failure] = found.failed_tests
+        self.assertRegex(failure, r"^tools test_mixed::test_wrong: AssertionError: one is not two")
+
     def test_counts_by_suite_of_a_repository_run(self) -> None:
         """The suites of test/dynamo, as the matrix and gpu-check run them
         from the repository: a dotted classname names the file; an XPASS

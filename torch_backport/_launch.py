@@ -25,6 +25,9 @@ def _interrupted_early(signum: int, frame: object) -> None:
 _CTRL_C = signal.getsignal(signal.SIGINT) != signal.SIG_IGN
 if _CTRL_C:
     signal.signal(signal.SIGINT, _interrupted_early)
+# The engine's image inherits SIGINT blocked from the exec that started it
+# (engine.in_target): a Ctrl-C that came meanwhile is delivered now.
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 import importlib.util  # noqa: E402
 from pathlib import Path  # noqa: E402

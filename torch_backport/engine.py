@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +61,16 @@ def in_target(python: str, order: Order) -> int:
     sys.stderr.flush()
     # A bare name (`--python python3`) is looked up on PATH, as require_python's run did.
     path = python if os.sep in python else (shutil.which(python) or python)
-    os.execv(path, [path, str(LAUNCH), "engine", order.to_json()])
+    argv = [path, str(LAUNCH), "engine", order.to_json()]
+    # A Ctrl-C caught here a moment before exec would be lost with this
+    # image (the engine would then run to the end); blocked, it stays
+    # pending across exec, and _launch.py unblocks it once its own handler
+    # is in place.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        os.execv(path, argv)
+    finally:  # reached only if exec failed
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def carry_out(order: Order) -> int:

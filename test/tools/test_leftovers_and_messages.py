@@ -9,12 +9,16 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 import unittest
 from pathlib import Path
 
 from fake_install import (APPLY, FakeInstall, InstallTestCase, make_fake_install,
                           source_python, STATE_DIRNAME, STOCK, TOUCHED, UPSTREAM)
+from torch_backport.engine import LAUNCH
+from torch_backport.infra.paths import REPO
 
 NOBODY = 65534
 
@@ -96,6 +100,57 @@ def loading_the_package(pid: int) -> bool:
     except OSError:
         return False
     return any(name in maps for name in ("/_json.", "/_posixsubprocess.", "/select."))
+
+
+def in_python(script: str) -> subprocess.CompletedProcess[str]:
+    """`script` run by this Python with the package importable."""
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=REPO, timeout=60)
+
+
+SIGINT_BIT = 1 << (signal.SIGINT - 1)  # in /proc's SigBlk mask
+
+
+class CtrlCHandOverTest(unittest.TestCase):
+    """The command execs into the target interpreter's engine: a Ctrl-C that
+    comes as it does is delivered there, not lost with the old image (the
+    engine would then run to the end and exit 0)."""
+
+    def test_the_engine_starts_with_ctrl_c_held(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            python = Path(tmp) / "python"
+            python.write_text("#!/bin/sh\nexec grep '^SigBlk:' /proc/self/status\n")
+            python.chmod(0o755)
+            result = in_python(
+                "from torch_backport.engine import in_target\n"
+                "from torch_backport.infra.order import Order, Task\n"
+                f"in_target({str(python)!r}, Order(Task.INSTALL))\n")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        blocked = int(result.stdout.split()[1], 16)
+        self.assertEqual(blocked & SIGINT_BIT, SIGINT_BIT, result.stdout)
+
+    def test_a_ctrl_c_held_across_the_exec_is_one_line_and_130(self) -> None:
+        result = in_python(
+            "import os, signal, sys\n"
+            "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"
+            f"os.execv(sys.executable, [sys.executable, {str(LAUNCH)!r}, 'engine', '{{}}'])\n")
+        self.assertEqual((result.returncode, result.stderr),
+                         (130, "interrupted (Ctrl-C); nothing was done\n"))
+
+    def test_a_ctrl_c_while_git_starts_is_raised_once_it_has_started(self) -> None:
+        result = in_python(
+            "import os, signal\n"
+            "from torch_backport.infra.git import ctrl_c_deferred\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "try:\n"
+            "    with ctrl_c_deferred():\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "        print('the block ran to its end')\n"
+            "except KeyboardInterrupt:\n"
+            "    print('then the Ctrl-C was raised')\n")
+        self.assertEqual(result.stdout, "the block ran to its end\nthen the Ctrl-C was raised\n",
+                         result.stderr)
 
 
 class MessagesTest(InstallTestCase):

@@ -17,8 +17,10 @@ import dataclasses
 import hashlib
 import os
 import re
+import signal
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Dict, IO, Iterable, Iterator, List, Optional, Tuple, Union
 
@@ -30,6 +32,52 @@ SCRATCH_AUTHOR = ("torch-pregrad-backport new-base", "new-base@torch-pregrad-bac
 SCRATCH_DATE = "2026-01-01T00:00:00+00:00"
 FAILED_HUNK_RE = re.compile(r"^error: patch failed: (\S+):(\d+)$", re.MULTILINE)
 MAX_CONFLICT_LINES = 60
+
+
+@contextlib.contextmanager
+def ctrl_c_deferred() -> Iterator[None]:
+    """A Ctrl-C inside the block is raised as the block ends: Popen() raising
+    it between fork and exec would leave git running, unreachable, in a
+    directory about to be removed. The child still gets the default
+    disposition at exec (a caught signal is reset there), unlike a blocked
+    one, which it would inherit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; and only it gets SIGINT
+        return
+    caught: List[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        signal.raise_signal(signal.SIGINT)
+
+
+def run_to_the_end(argv: List[str], text: bool = True, env: Optional[Dict[str, str]] = None,
+                   input: Union[str, bytes, None] = None) -> "subprocess.CompletedProcess[Any]":
+    """subprocess.run with its output captured, except that git has ended
+    before a Ctrl-C (or any error) goes on. subprocess.run kills the child
+    and returns without waiting, and Popen() interrupted between fork and
+    exec does not even kill it: the scratch repository that git still
+    writes in then cannot be removed (ENOTEMPTY), an error that would
+    replace the Ctrl-C."""
+    stdin = subprocess.PIPE if input is not None else None
+    process: "Optional[subprocess.Popen[Any]]" = None
+    try:
+        with ctrl_c_deferred():
+            process = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=text, env=env)
+        stdout, stderr = process.communicate(input)
+    except BaseException:
+        if process is not None:
+            process.kill()
+            process.wait()
+            for pipe in (process.stdin, process.stdout, process.stderr):
+                if pipe is not None:
+                    pipe.close()
+        raise
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +94,8 @@ class Git:
 
     def __call__(self, *args: str, check: bool = True, input: Union[str, bytes, None] = None,
                  binary: bool = False) -> "subprocess.CompletedProcess[Any]":
-        result = subprocess.run(["git", "-C", str(self.repo), *args], capture_output=True,
-                                text=not binary, env=self.environ(), input=input)
+        result = run_to_the_end(["git", "-C", str(self.repo), *args], text=not binary,
+                                env=self.environ(), input=input)
         if check and result.returncode != 0:
             error = result.stderr if not binary else result.stderr.decode(errors="replace")
             raise Refused(f"git {' '.join(args[:3])} failed in {self.repo}:\n{error.strip()}")
@@ -71,8 +119,7 @@ def identity(repo: Path) -> Optional[Dict[str, str]]:
     user's own configuration; None if git has none."""
     found: Dict[str, str] = {}
     for who in ("AUTHOR", "COMMITTER"):
-        result = subprocess.run(["git", "-C", str(repo), "var", f"GIT_{who}_IDENT"],
-                                capture_output=True, text=True)
+        result = run_to_the_end(["git", "-C", str(repo), "var", f"GIT_{who}_IDENT"])
         match = re.match(r"^(.*) <(.*)> \d+ [-+]\d{4}$", result.stdout.strip())
         if result.returncode != 0 or match is None:
             return None
@@ -84,8 +131,7 @@ def trusted_directories() -> Dict[str, str]:
     """The user's `safe.directory` entries, passed on as command-line config
     (which git honours for it): isolation must not take back a repository
     owned by another account that the user chose to trust."""
-    listed = subprocess.run(["git", "config", "--get-all", "safe.directory"],
-                            capture_output=True, text=True)
+    listed = run_to_the_end(["git", "config", "--get-all", "safe.directory"])
     entries = listed.stdout.splitlines() if listed.returncode == 0 else []
     passed = {"GIT_CONFIG_COUNT": str(len(entries))} if entries else {}
     for number, entry in enumerate(entries):

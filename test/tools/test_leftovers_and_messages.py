@@ -102,10 +102,17 @@ def loading_the_package(pid: int) -> bool:
     return any(name in maps for name in ("/_json.", "/_posixsubprocess.", "/select."))
 
 
+def at_a_terminal() -> None:
+    """A child's Ctrl-C as at a terminal: whoever ran the tests in the
+    background (`cmd &` in a script) made SIGINT ignored, which children
+    inherit and the command rightly keeps ignoring."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def in_python(script: str) -> subprocess.CompletedProcess[str]:
     """`script` run by this Python with the package importable."""
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+                          cwd=REPO, timeout=60, preexec_fn=at_a_terminal)
 
 
 SIGINT_BIT = 1 << (signal.SIGINT - 1)  # in /proc's SigBlk mask
@@ -169,7 +176,8 @@ class MessagesTest(InstallTestCase):
     def test_ctrl_c_at_once_is_one_line_and_130(self) -> None:
         install = self.install()
         process = subprocess.Popen([str(APPLY), "--python", str(install.python), "--check"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   preexec_fn=at_a_terminal)
         # At once, while the package loads: once _launch.py's first lines
         # run. Before them a Ctrl-C meets bash or an interpreter still
         # starting, Python's own (a loaded machine takes longer than any fixed

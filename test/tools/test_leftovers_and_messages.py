@@ -159,6 +159,15 @@ class CtrlCHandOverTest(unittest.TestCase):
         self.assertEqual(result.stdout, "the block ran to its end\nthen the Ctrl-C was raised\n",
                          result.stderr)
 
+    def test_git_keeps_a_ctrl_c_its_caller_ignores_ignored(self) -> None:
+        result = in_python(
+            "import signal\n"
+            "from torch_backport.infra.git import run_to_the_end\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "print(run_to_the_end(['grep', '^SigIgn:', '/proc/self/status']).stdout)\n")
+        ignored = int(result.stdout.split()[1], 16)
+        self.assertEqual(ignored & SIGINT_BIT, SIGINT_BIT, result.stdout + result.stderr)
+
 
 class MessagesTest(InstallTestCase):
     def test_an_empty_python_is_a_usage_error(self) -> None:

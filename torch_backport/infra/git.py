@@ -41,8 +41,11 @@ def ctrl_c_deferred() -> Iterator[None]:
     directory about to be removed. The child still gets the default
     disposition at exec (a caught signal is reset there), unlike a blocked
     one, which it would inherit."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may set handlers; and only it gets SIGINT
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) == signal.SIG_IGN):
+        # Only the main thread may set handlers (and only it gets SIGINT);
+        # a Ctrl-C the caller ignores stays ignored, by git too.
+        yield
         return
     caught: List[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))

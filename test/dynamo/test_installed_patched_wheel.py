@@ -93,9 +93,15 @@ class InstalledPatchedWheelTests(unittest.TestCase):
                 (Path(scratch) / part).symlink_to(REPO / part)
             env = dict(os.environ, PATH=f"{Path(sys.base_prefix) / 'bin'}{os.pathsep}"
                        f"{os.environ['PATH']}")  # python3: the interpreter, not this venv
-            result = subprocess.run(["bash", "-euo", "pipefail", "-c", recipe[1]], cwd=scratch,
-                                    env=env, capture_output=True, text=True)
-            self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+            # -x: a failure's message names the command of the recipe that failed.
+            result = subprocess.run(["bash", "-xeuo", "pipefail", "-c", recipe[1]], cwd=scratch,
+                                    env=dict(env, PS4="+ recipe: "), capture_output=True,
+                                    text=True)
+            ran = [line for line in result.stderr.splitlines() if line.startswith("+ recipe: ")]
+            self.assertEqual(result.returncode, 0, f"{(ran or ['the recipe'])[-1]}: failed"
+                             f"\n--- its output ends:\n"
+                             f"{result.stdout[-3000:]}\n--- its errors end:\n"
+                             f"{result.stderr[-3000:]}")
             (rebuilt,) = (Path(scratch) / "dist").glob("*.whl")
             self.assertEqual((rebuilt.name, sha256(rebuilt)),
                              (Path(WHEEL).name, sha256(Path(WHEEL))))

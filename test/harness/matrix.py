@@ -368,8 +368,8 @@ def report(options: Options, logs: Path, scheduler: Scheduler, tiers: Dict[str, 
         else:
             print(f"candidate {candidate}: this run did not pass; it stays a candidate")
     # Last, so that whoever reads only the end of the output sees what failed.
-    for failure in found.failed_tests:
-        print(f"failed: {failure}")
+    for head, *tail in found.failed_tests:
+        print(f"failed: {head}", *tail, sep="\n")
     print(f"summary: {found.total.passed} passed, {found.total.failed} failed")
     return 0 if passed else 1
 

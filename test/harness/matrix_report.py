@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from matrix_jobs import Job, Tier
 from matrix_scheduler import Outcome
@@ -42,35 +42,47 @@ class Row:
     verdict: str
 
 
-def suite_of(classname: str, name: str) -> str:
-    """The test file of a JUnit test case: classname is the dotted path of
-    its class (test.dynamo.test_x.SomeTests) or module; a file that failed
-    to collect is a case without a class, named by its dotted path."""
-    dotted = (classname or name).split(".")
-    module = next((part for part in reversed(dotted) if part.startswith("test_")), dotted[-1])
-    return module + ".py"
-
-
-def first_line(text: str, width: int = 160) -> str:
-    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+def clipped(line: str, width: int = 160) -> str:
     return line if len(line) <= width else line[:width - 1] + "…"
 
 
-def counts_by_suite(report: Path, failures: Optional[List[str]] = None) -> Dict[str, Counts]:
-    """Counts per test file; each failing case, named with the first line of
-    its message, is appended to failures."""
-    suites: Dict[str, Counts] = {}
+def gist(text: str, last: int = 6) -> List[str]:
+    """A failure's message in a few lines: its first line (the assertion)
+    and its last ones, where a failed command's error is; a message cut
+    from the end of a long output starts in the middle of a line."""
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return [""]
+    head, tail = lines[0].strip(), lines[1:][-last:]
+    return [clipped(head)] + [clipped(f"  | {line}") for line in tail]
+
+
+def cases(report: Path) -> Iterator[Tuple[str, ElementTree.Element]]:
+    """Each test case of a JUnit report, with the test file it is in: the
+    classname is the dotted path of its class (test.dynamo.test_x.SomeTests)
+    or module; a file that failed to collect is a case without a class,
+    named by its dotted path."""
     for case in ElementTree.parse(report).iter("testcase"):
-        counts = suites.setdefault(suite_of(case.get("classname", ""), case.get("name", "")),
-                                   Counts())
-        children = {child.tag: child for child in case}
-        skipped = children.get("skipped")
-        failure = children.get("failure", children.get("error"))
-        if failure is not None:
-            counts.failed += 1  # errors (a collection error too) are failures
-            if failures is not None:
-                failures.append(f"{case.get('classname', '')}::{case.get('name', '')}: "
-                                + first_line(failure.get("message") or failure.text or ""))
+        dotted = (case.get("classname") or case.get("name") or "").split(".")
+        module = next((part for part in reversed(dotted) if part.startswith("test_")),
+                      dotted[-1])
+        yield module + ".py", case
+
+
+def failure_of(case: ElementTree.Element) -> Optional[ElementTree.Element]:
+    """Errors (a collection error too) are failures."""
+    children = {child.tag: child for child in case}
+    return children.get("failure", children.get("error"))
+
+
+def counts_by_suite(report: Path) -> Dict[str, Counts]:
+    """Counts per test file."""
+    suites: Dict[str, Counts] = {}
+    for suite, case in cases(report):
+        counts = suites.setdefault(suite, Counts())
+        skipped = case.find("skipped")
+        if failure_of(case) is not None:
+            counts.failed += 1
         elif skipped is not None and skipped.get("type") == "pytest.xfail":
             counts.expected_failures += 1
         elif skipped is not None:
@@ -80,14 +92,27 @@ def counts_by_suite(report: Path, failures: Optional[List[str]] = None) -> Dict[
     return suites
 
 
+def failing_tests(report: Path) -> List[List[str]]:
+    """Each failing test case: "<test id>: <first line of its message>",
+    then the message's last lines."""
+    named = []
+    for _, case in cases(report):
+        failure = failure_of(case)
+        if failure is not None:
+            head, *tail = gist(failure.get("message") or failure.text or "")
+            named.append([f"{case.get('classname', '')}::{case.get('name', '')}: {head}", *tail])
+    return named
+
+
 @dataclasses.dataclass
 class Verdicts:
     """The table's rows and the run's totals."""
     rows: List[Row] = dataclasses.field(default_factory=list)
     total: Counts = dataclasses.field(default_factory=Counts)
     failed_jobs: List[str] = dataclasses.field(default_factory=list)
-    # "<job> <test id>: <first line of its message>", for the run's last lines.
-    failed_tests: List[str] = dataclasses.field(default_factory=list)
+    # "<job> <test id>: <first line of its message>" and the message's last
+    # lines, for the run's last lines.
+    failed_tests: List[List[str]] = dataclasses.field(default_factory=list)
     # The closing line counts the defects and missing features the stock
     # builds show; patched 2.15.0's one needless miss is not one.
     stock_expected_failures: int = 0
@@ -97,10 +122,10 @@ class Verdicts:
         exit_code = outcome.exit_code if outcome else None
         if exit_code != 0:
             self.failed_jobs.append(job.name)
-        failures: List[str] = []
-        suites = (counts_by_suite(report, failures)
-                  if report.is_file() and exit_code is not None else {})
-        self.failed_tests += [f"{job.name} {failure}" for failure in failures]
+        read = report.is_file() and exit_code is not None
+        suites = counts_by_suite(report) if read else {}
+        self.failed_tests += [[f"{job.name} {head}", *tail]
+                              for head, *tail in (failing_tests(report) if read else [])]
         for suite, counts in sorted(suites.items()):
             verdict = "ok" if not counts.failed else f"FAILED, see the end of {log}"
             if "PREGRAD_EXPECT_STOCK" in job.env:
@@ -117,7 +142,7 @@ class Verdicts:
                    else f"pytest exit {exit_code}: {EXIT_MEANING.get(exit_code, 'failed')}")
             self.rows.append(Row(job.build, "-", why, f"FAILED, see {log}"))
             self.total.failed += 1
-            self.failed_tests.append(f"{job.name}: {why}")
+            self.failed_tests.append([f"{job.name}: {why}"])
 
 
 def verdicts(queued: Iterable[Job], outcomes: Mapping[str, Outcome], logs: Path) -> Verdicts:

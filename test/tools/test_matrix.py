@@ -170,8 +170,22 @@ class VerdictTest(ScratchTestCase):
         found, _ = self.run_jobs({"test_mixed.py": "def test_fine():\n    pass\n\n"
                                   "def test_wrong():\n    assert 1 == 2, 'one is not two'\n"},
                                  [Job("tools", "tools", sys.executable, ["test_mixed.py"])])
-        [failure] = found.failed_tests
+        [[failure, *_]] = found.failed_tests
         self.assertRegex(failure, r"^tools test_mixed::test_wrong: AssertionError: one is not two")
+
+    def test_a_failing_commands_last_lines_follow_its_name(self) -> None:
+        """A message that ends with a command's output (the error last) is
+        shown by its first line and its last six."""
+        output = "\n".join(f"line {n}" for n in range(1, 21)) + "\nERROR: the cause"
+        found, _ = self.run_jobs({"test_cmd.py": "import unittest\n\n"
+                                  "class CommandTest(unittest.TestCase):\n"
+                                  "    def test_cmd(self):\n"
+                                  f"        self.assertEqual(1, 0, {output!r})\n"},
+                                 [Job("tools", "tools", sys.executable, ["test_cmd.py"])])
+        [lines] = found.failed_tests
+        self.assertEqual(lines, [
+            "tools test_cmd.CommandTest::test_cmd: AssertionError: 1 != 0 : line 1",
+            "  | line 16", "  | line 17", "  | line 18", "  | line 19", "  | line 20", "  | ERROR: the cause"])
 
     def test_counts_by_suite_of_a_repository_run(self) -> None:
         """The suites of test/dynamo, as the matrix and gpu-check run them

@@ -41,10 +41,12 @@ def ctrl_c_deferred() -> Iterator[None]:
     directory about to be removed. The child still gets the default
     disposition at exec (a caught signal is reset there), unlike a blocked
     one, which it would inherit."""
+    current = signal.getsignal(signal.SIGINT)
     if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) == signal.SIG_IGN):
+            or current == signal.SIG_IGN or current is None):
         # Only the main thread may set handlers (and only it gets SIGINT);
-        # a Ctrl-C the caller ignores stays ignored, by git too.
+        # a Ctrl-C the caller ignores stays ignored, by git too; a handler
+        # that C code set (None here) could not be put back.
         yield
         return
     caught: List[int] = []

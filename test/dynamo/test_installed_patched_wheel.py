@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,7 @@ import unittest
 from importlib import metadata
 from pathlib import Path
 
+from torch_backport.infra.fsio import cache_dir
 from torch_backport.infra.record import file_sha256 as sha256
 from torch_backport.patchset.identify import topic_files
 from torch_backport.patchset.series import topics
@@ -40,6 +42,11 @@ def site_packages(python: str) -> Path:
     return Path(subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True, text=True, check=True).stdout.strip())
+
+
+def bytes_under(top: Path) -> int:
+    return sum((Path(folder) / name).lstat().st_size
+               for folder, _, names in os.walk(top) for name in names)
 
 
 @unittest.skipUnless(WHEEL, "run by scripts/test.sh's wheel job (PREGRAD_PATCHED_WHEEL)")
@@ -88,7 +95,14 @@ class InstalledPatchedWheelTests(unittest.TestCase):
         import torch, and --status."""
         recipe = README_RECIPE.search(README.read_text())
         self.assertIsNotNone(recipe, f"{README} has no hash-pin recipe block")
-        with tempfile.TemporaryDirectory(prefix="pregrad-hash-pin-") as scratch:
+        # The recipe's venv holds a whole CUDA build: beside the test venvs,
+        # which the run has found room for, not in a temporary directory
+        # that may be a small tmpfs.
+        root = cache_dir()
+        needed, free = bytes_under(site_packages(sys.executable)), shutil.disk_usage(root).free
+        self.assertGreater(free, needed * 1.2, f"the recipe installs about {needed / 1e9:.1f} "
+                           f"GB into a fresh venv; {root} has {free / 1e9:.1f} GB free")
+        with tempfile.TemporaryDirectory(prefix="pregrad-hash-pin-", dir=root) as scratch:
             for part in ("scripts", "torch_backport", "patches"):
                 (Path(scratch) / part).symlink_to(REPO / part)
             env = dict(os.environ, PATH=f"{Path(sys.base_prefix) / 'bin'}{os.pathsep}"

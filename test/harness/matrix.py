@@ -73,6 +73,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Sequence, TextIO, Tuple
@@ -85,6 +86,7 @@ from torch_backport.infra.errors import Refused  # noqa: E402
 from torch_backport.infra.fsio import cache_dir  # noqa: E402
 
 import venvs  # noqa: E402
+from disk_watch import DiskWatch  # noqa: E402
 from matrix_jobs import WHEEL_RELEASE, Build, Job, SetupFailed, Tier, plan  # noqa: E402
 from matrix_report import table, verdicts, wall_times  # noqa: E402
 from matrix_scheduler import PytestRunner, Scheduler  # noqa: E402
@@ -323,6 +325,7 @@ def run(options: Options) -> int:
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
     prepare_environment()
+    disk = DiskWatch([cache_dir(), Path(tempfile.gettempdir())])
     runner = PytestRunner(logs, os.environ, REPO)
     scheduler = Scheduler(runner, limit=1)  # one job while venvs install
     try:
@@ -342,11 +345,11 @@ def run(options: Options) -> int:
     except BaseException:  # Ctrl-C, or a bug here: the jobs go too
         abandon(scheduler, runner)
         raise
-    return report(options, logs, scheduler, tiers, started)
+    return report(options, logs, scheduler, tiers, started, disk)
 
 
 def report(options: Options, logs: Path, scheduler: Scheduler, tiers: Dict[str, Tier],
-           started: float) -> int:
+           started: float, disk: DiskWatch) -> int:
     found = verdicts(scheduler.queued, scheduler.outcomes, logs)
     print(table(found.rows))
     print(wall_times(scheduler.queued, scheduler.outcomes, tiers))
@@ -367,6 +370,7 @@ def report(options: Options, logs: Path, scheduler: Scheduler, tiers: Dict[str, 
                   f"scripts/new-base {candidate} --served")
         else:
             print(f"candidate {candidate}: this run did not pass; it stays a candidate")
+    print(f"disk: {disk.summary()}")
     # Last, so that whoever reads only the end of the output sees what failed.
     for head, *tail in found.failed_tests:
         print(f"failed: {head}", *tail, sep="\n")

@@ -107,10 +107,11 @@ class InstalledPatchedWheelTests(unittest.TestCase):
                 (Path(scratch) / part).symlink_to(REPO / part)
             env = dict(os.environ, PATH=f"{Path(sys.base_prefix) / 'bin'}{os.pathsep}"
                        f"{os.environ['PATH']}")  # python3: the interpreter, not this venv
-            # -x: a failure's message names the command of the recipe that failed.
-            result = subprocess.run(["bash", "-xeuo", "pipefail", "-c", recipe[1]], cwd=scratch,
-                                    env=dict(env, PS4="+ recipe: "), capture_output=True,
-                                    text=True)
+            # xtrace: a failure's message names the command of the recipe that
+            # failed (bash ignores a PS4 from the environment when root).
+            result = subprocess.run(["bash", "-euo", "pipefail", "-c",
+                                     f"PS4='+ recipe: '; set -x\n{recipe[1]}"],
+                                    cwd=scratch, env=env, capture_output=True, text=True)
             ran = [line for line in result.stderr.splitlines() if line.startswith("+ recipe: ")]
             self.assertEqual(result.returncode, 0, f"{(ran or ['the recipe'])[-1]}: failed"
                              f"\n--- its output ends:\n"

@@ -168,7 +168,6 @@ class CtrlCHandOverTest(unittest.TestCase):
         ignored = int(result.stdout.split()[1], 16)
         self.assertEqual(ignored & SIGINT_BIT, SIGINT_BIT, result.stdout + result.stderr)
 
-
     def test_git_has_ended_before_an_error_goes_on(self) -> None:
         """An error while git runs (a Ctrl-C, here an alarm) goes on only
         once git is killed and reaped: nothing still writes in the scratch
@@ -179,15 +178,16 @@ class CtrlCHandOverTest(unittest.TestCase):
             "def stop(signum, frame):\n"
             "    raise RuntimeError('stopped')\n"
             "signal.signal(signal.SIGALRM, stop)\n"
-            "pid_file = tempfile.mktemp()\n"
-            "signal.setitimer(signal.ITIMER_REAL, 2)\n"
-            "try:\n"
-            "    run_to_the_end(['sh', '-c', f'echo $$ > {pid_file}; exec sleep 60'])\n"
-            "except RuntimeError:\n"
-            "    pid = open(pid_file).read().strip()\n"
-            "    os.unlink(pid_file)\n"
-            "    print('still there' if os.path.exists(f'/proc/{pid}') else 'gone')\n")
+            "with tempfile.TemporaryDirectory() as tmp:\n"
+            "    pid_file = os.path.join(tmp, 'pid')\n"
+            "    signal.setitimer(signal.ITIMER_REAL, 2)\n"
+            "    try:\n"
+            "        run_to_the_end(['sh', '-c', f'echo $$ > {pid_file}; exec sleep 60'])\n"
+            "    except RuntimeError:\n"
+            "        pid = open(pid_file).read().strip()\n"
+            "        print('still there' if os.path.exists(f'/proc/{pid}') else 'gone')\n")
         self.assertEqual(result.stdout, "gone\n", result.stderr)
+
 
 class MessagesTest(InstallTestCase):
     def test_an_empty_python_is_a_usage_error(self) -> None:

@@ -185,7 +185,8 @@ class VerdictTest(ScratchTestCase):
         [lines] = found.failed_tests
         self.assertEqual(lines, [
             "tools test_cmd.CommandTest::test_cmd: AssertionError: 1 != 0 : line 1",
-            "  | line 16", "  | line 17", "  | line 18", "  | line 19", "  | line 20", "  | ERROR: the cause"])
+            "  | line 16", "  | line 17", "  | line 18", "  | line 19", "  | line 20",
+            "  | ERROR: the cause"])
 
     def test_counts_by_suite_of_a_repository_run(self) -> None:
         """The suites of test/dynamo, as the matrix and gpu-check run them

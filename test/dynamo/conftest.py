@@ -22,7 +22,15 @@ status; what a build is expected to fail is said here, as strict xfails:
   build.
 
 Every test starts with empty compile caches but keeps the C++ kernels earlier
-tests of the process compiled (compile_caches.py).
+tests of the process compiled (compile_caches.py); with PREGRAD_KERNEL_STORE
+(the matrix's jobs) also those earlier runs of the same venv compiled
+(kept_kernels.py).
+
+A test here that is not about Inductor's CPU vector-ISA probe does not pay
+for it: TORCHINDUCTOR_VEC_ISA_OK=1 (Inductor's own knob) takes the ISAs
+/proc/cpuinfo lists, as the tests' child processes always have;
+test_cpu_isa_probe.py runs the real probe (isa_probe.py) and checks that
+the two agree.
 
 Every test here is marked needs_torch, and those PATCHED_ONLY names
 patched_only. Where torch cannot be imported (a venv made with
@@ -39,7 +47,12 @@ from pathlib import Path
 
 import pytest
 
-from compile_caches import fresh_compile_caches, make_process_cache_dir
+from compile_caches import (fresh_compile_caches, make_process_cache_dir, publish_to_store,
+                            seed_from_store)
+from isa_probe import SKIP_ISA_PROBE
+
+# Before torch is imported: Inductor's config reads it then.
+os.environ.update(SKIP_ISA_PROBE)
 
 try:
     import torch
@@ -65,6 +78,8 @@ HERE = Path(__file__).resolve().parent
 # autocast test repeats on stock what the one-process tests already show there.
 PATCHED_ONLY = ("random_stacks", "under_autocast", "processes_sharing_a_cache")
 PROCESS_CACHE_DIR = make_process_cache_dir()
+if torch is not None:
+    seed_from_store(PROCESS_CACHE_DIR)
 
 
 @pytest.fixture(autouse=True)
@@ -74,7 +89,11 @@ def fresh_caches_for_each_test() -> Iterator[None]:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    shutil.rmtree(PROCESS_CACHE_DIR, ignore_errors=True)
+    try:
+        if torch is not None:
+            publish_to_store(PROCESS_CACHE_DIR)
+    finally:
+        shutil.rmtree(PROCESS_CACHE_DIR, ignore_errors=True)
 
 
 class WithoutTorch(pytest.File):

@@ -19,13 +19,9 @@ import torch
 from torch._dynamo.utils import counters
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
+from isa_probe import SKIP_ISA_PROBE  # every child of a test alike, so their cache keys agree
 
-# A child process of a test that is not about the CPU vector-ISA probe takes
-# the ISAs /proc/cpuinfo lists as working (Inductor's own knob, read by every
-# release) instead of probing them: on stock 2.9-2.12 the probe costs each
-# child 8-11 s. Every child of a test sets it alike, so their cache keys
-# agree; test_cpu_isa_probe.py runs the real probe, and checks its answer.
-SKIP_ISA_PROBE = {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
+
 
 
 def child_environment(here: os.PathLike[str] | str, **extra: str) -> dict[str, str]:

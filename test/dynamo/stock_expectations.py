@@ -26,6 +26,7 @@ ISA_PROBE_SINCE = {
 }
 ISA_PROBE_TESTS = {  # test -> the behaviour it needs; None: every release has it
     "test_probe_answer_matches_the_pre_2_13_probe": None,
+    "test_cpuinfo_knob_gives_the_probe_answer": None,
     "test_compiled_kernel_uses_the_picked_isa_width": None,
     "test_probe_child_does_not_import_torch": "no_import",
     "test_cold_dlopen_failure_falls_back_to_import_torch": "fallback",

@@ -11,6 +11,9 @@ torch is replaced but the probe script or environment a scenario is about.
 A scenario runs in its own process (isa_probe_child.py; the probe's results
 are functools-cached per process) with its own new TORCHINDUCTOR_CACHE_DIR,
 so no marker or compiled library carries over; each runs once per class.
+The class runs the real probe (isa_probe.real_probe()), where the other
+suites take the ISAs /proc/cpuinfo lists (TORCHINDUCTOR_VEC_ISA_OK=1); one
+test checks that the two answers agree here.
 The answer compared is each valid ISA with its arch flags and float lanes,
 and the picked ISA. stock_expectations.py says which tests fail on which
 stock release.
@@ -24,15 +27,18 @@ import platform
 import re
 import subprocess
 import sys
+import contextlib
 import tempfile
 import unittest
 from pathlib import Path
 
 import torch
+from torch._inductor import config as inductor_config
 from torch._inductor.cpu_vec_isa import pick_vec_isa
 from torch._inductor.test_case import TestCase
 from torch._inductor.utils import run_and_get_cpp_code
 
+from isa_probe import forget_probe_answers, real_probe
 from isa_probe_child import describe
 
 HERE = Path(__file__).resolve().parent
@@ -53,6 +59,8 @@ class CpuIsaProbeTests(TestCase):
     @classmethod
     def setUpClass(cls) -> None:
         super().setUpClass()
+        cls._real_probe = contextlib.ExitStack()
+        cls._real_probe.enter_context(real_probe())
         cls._tmp = tempfile.TemporaryDirectory(prefix="isa-probe-")
         cls.root = Path(cls._tmp.name)
         fake_torch = cls.root / "fake-torch" / "torch"
@@ -63,6 +71,7 @@ class CpuIsaProbeTests(TestCase):
     @classmethod
     def tearDownClass(cls) -> None:
         cls._tmp.cleanup()
+        cls._real_probe.close()
         super().tearDownClass()
 
     def scenario(self, name: str, run: int = 1) -> dict:
@@ -94,6 +103,19 @@ class CpuIsaProbeTests(TestCase):
         machine at least one ISA, so vectorization stays on."""
         self.assertNotEqual(self.reference()["valid"], [])
         self.assertEqual(describe(), self.reference())
+
+    def test_cpuinfo_knob_gives_the_probe_answer(self) -> None:
+        """TORCHINDUCTOR_VEC_ISA_OK=1, which the other suites and every test's
+        child process set to skip the probe, gives the answer of the real
+        probe on this machine: their kernels are the ones the probe's would be."""
+        probed = describe()
+        with inductor_config.patch({"cpp.vec_isa_ok": True}):
+            forget_probe_answers()
+            try:
+                from_cpuinfo = describe()
+            finally:
+                forget_probe_answers()
+        self.assertEqual(from_cpuinfo, probed)
 
     def test_compiled_kernel_uses_the_picked_isa_width(self) -> None:
         """A torch.compile'd elementwise function equals eager, and its C++

@@ -1,4 +1,5 @@
 """Usage: scripts/test.sh [--releases 2.11.0,2.14.1] [--list] [-- PYTEST_ARGS ...]
+       scripts/test.sh --quick
        scripts/test.sh --help
 (scripts/test.sh runs `python3 test/harness/matrix.py`.)
 
@@ -32,28 +33,45 @@ what it ignores: version stamps, CUDA-only files) runs the short tier:
 identification, apply/--status/--revert on its real install, --wheel's
 rules and three compile cells that tell stock from patched; the series
 base of each content (else the newest) runs everything.
-The tool suite (test/tools) runs once, against small installs built from
-the stock 2.11.0 and 2.12.0 venvs, and starts as soon as those two are set
-up, while the other venvs install. When 2.11.0 is tested, the patched
-wheel: `apply.sh --wheel torch==2.11.0` builds it from the cached release
-wheel (about a minute), pip installs it into another hard-linked copy of the
-stock venv, and that venv runs test/dynamo/test_installed_patched_wheel.py
-(pip check, --status, every installed file's sha256 against the patched
-2.11.0 copy, the README's hash-pin recipe in a fresh venv); the uv-fleet job
-follows. A job starts as soon as its venvs are ready: one at a time while
-venvs install, then two, longest first.
+The tool suite (test/tools) runs once, in two jobs (`tools-faults`: the
+fault walks and the concurrency suite; `tools`: the rest), against small
+installs built from the stock 2.11.0 and 2.12.0 venvs, and starts as soon as
+those two are set up, while the other venvs install. When 2.11.0 is tested,
+the patched wheel: `apply.sh --wheel torch==2.11.0` builds it from the
+cached release wheel (about a minute, in a thread of its own beside the
+venvs), pip installs it into another hard-linked copy of the stock venv, and
+that venv runs test/dynamo/test_installed_patched_wheel.py (pip check,
+--status, every installed file's sha256 against the patched 2.11.0 copy, the
+README's hash-pin recipe in a fresh venv); the uv-fleet job follows.
+Jobs run two at a time from the start, also while venvs install; a job
+starts as soon as its venvs are ready, and of those waiting the one the last
+run took longest over starts first (each job's wall time is kept in
+$PREGRAD_CACHE/matrix-durations.json; a job never timed starts first).
+Each job runs with one OpenMP thread and one Inductor compile thread
+(OMP_NUM_THREADS, TORCHINDUCTOR_COMPILE_THREADS), so that two jobs use two
+cores; patched-2.14.0-short keeps torch's defaults. Inductor's compiled
+kernels and precompiled headers are kept between runs in
+$PREGRAD_CACHE/kernels/<venv>/<key> (test/dynamo/kept_kernels.py: the key
+is the interpreter, the compiler and its version, the CPU's flags and the
+torch files); every test still starts with empty FX graph and AOTAutograd
+caches, and each pytest process has a live directory of its own.
 At the end it prints a table build x suite -> passed / failed /
-expected-fail with a verdict, each job's wall time and tier, and a
-summary line. Full pytest output, expected failures included, goes to log
-files under $PREGRAD_LOGS (default: test-logs/ in the repository), not to
-the terminal.
+expected-fail with a verdict, each job's wall and CPU time and tier, the
+setup time, the critical path and the total, and a summary line. Full
+pytest output, expected failures included, goes to log files under
+$PREGRAD_LOGS (default: test-logs/ in the repository), not to the terminal.
 
 --releases LIST  comma-separated torch releases to test (default: every
                  release in patches/releases.tsv); the tool suite runs whenever
                  2.11.0 and 2.12.0 are part of the run. --bases v2.11.0 is
                  the old spelling and still works.
+--quick          the inner loop for a change to the tool, not the gate (a few
+                 minutes with the venvs in place): the tool suite without its
+                 slow tests, and the short tier of 2.11.0 and 2.15.0, stock
+                 and patched (stock 2.12.0's venv too, for the tool suite).
 --list           print the planned jobs, one JSON object a line (name, build,
-                 python, argv, env, release), and run nothing: no venv is made,
+                 python, argv, env, release, expected_s: the wall time of the
+                 job's last run, null if never timed), and run nothing: no venv is made,
                  no log written; the tiers by content are computed when every
                  stock venv is ready, else the releases are planned full.
 PYTEST_ARGS      (after --) go to every pytest run; the stock jobs are
@@ -85,10 +103,12 @@ from torch_backport.infra import tables  # noqa: E402
 from torch_backport.infra.errors import Refused  # noqa: E402
 from torch_backport.infra.fsio import cache_dir  # noqa: E402
 
+import durations  # noqa: E402
 import venvs  # noqa: E402
 from disk_watch import DiskWatch  # noqa: E402
-from matrix_jobs import WHEEL_RELEASE, Build, Job, SetupFailed, Tier, plan  # noqa: E402
-from matrix_report import table, verdicts, wall_times  # noqa: E402
+from matrix_jobs import (QUICK_RELEASES, WHEEL_RELEASE, Build, Job, SetupFailed,  # noqa: E402
+                         Tier, plan, quick_plan)
+from matrix_report import bounds, table, verdicts, wall_times  # noqa: E402
 from matrix_scheduler import PytestRunner, Scheduler  # noqa: E402
 
 PATCHES = REPO / "patches"
@@ -109,6 +129,7 @@ class Options:
     releases: List[str]
     pytest_args: List[str]
     list_only: bool = False
+    quick: bool = False
 
 
 def parse(argv: Sequence[str], served: Sequence[str]) -> Options:
@@ -127,6 +148,10 @@ def parse(argv: Sequence[str], served: Sequence[str]) -> Options:
             raise HelpWanted()
         elif argument == "--list":
             list_only = True
+        elif argument == "--quick":
+            if len(argv) != 1:
+                raise UsageError("test.sh: --quick takes no other argument")
+            return Options(list(QUICK_RELEASES), [], quick=True)
         elif argument == "--":
             return Options(checked(releases, served), rest, list_only)
         else:
@@ -179,6 +204,7 @@ def tiers_by_content(builds: Sequence[Build], log: TextIO) -> List[Tuple[str, Ti
 class RealSetup:
     """The venvs, the patched wheel and the tiers by content, made now; the
     setup's own output goes to <logs>/venvs.log and wheel.log."""
+    background = True
 
     def __init__(self, logs: Path, venvs_log: TextIO, started: float) -> None:
         self.logs = logs
@@ -216,6 +242,7 @@ class RealSetup:
         wheel_venv = venvs.venvs_dir() / f"torch-{WHEEL_RELEASE}-wheel"
         stock_venv = Path(builds[WHEEL_RELEASE].stock).parent.parent
         with open(wheel_log, "a") as log:
+            venvs.seed_release_wheel(WHEEL_RELEASE, log)
             made = subprocess.run([str(APPLY), "--wheel", f"torch=={WHEEL_RELEASE}", "--out",
                                    str(cache_dir() / "patched-wheels")],
                                   stdout=subprocess.PIPE, stderr=log, text=True)
@@ -238,6 +265,7 @@ class RealSetup:
 
 class PredictedSetup:
     """--list: where the run would put each venv, making none."""
+    background = False
 
     def note(self, line: str) -> None:
         print(line, file=sys.stderr)
@@ -269,8 +297,10 @@ def list_plan(options: Options) -> int:
     except SetupFailed as failure:
         print(f"test.sh: {failure}", file=sys.stderr)
         return 1
+    known = durations.load()
     for job in planned:
-        print(json.dumps(dataclasses.asdict(job)))
+        # expected_s: the job's wall time in the last run that ran it (null: never timed).
+        print(json.dumps({**dataclasses.asdict(job), "expected_s": known.get(job.name)}))
     return 0
 
 
@@ -327,16 +357,19 @@ def run(options: Options) -> int:
     prepare_environment()
     disk = DiskWatch([cache_dir(), Path(tempfile.gettempdir())])
     runner = PytestRunner(logs, os.environ, REPO)
-    scheduler = Scheduler(runner, limit=1)  # one job while venvs install
+    known = durations.load()
+    # Two at once from the start, the longest first (by the last run's times).
+    scheduler = Scheduler(runner, limit=2, expected=lambda job: known.get(job.name))
     try:
         ensure_servers(logs)
-        step(f"venvs (logs: {logs}/venvs.log); jobs start as their venvs are ready "
-             f"(logs: {logs}/<job>.log)")
+        step(f"venvs (logs: {logs}/venvs.log); jobs start as their venvs are ready, "
+             f"two at a time, the longest first (logs: {logs}/<job>.log)")
         with open(logs / "venvs.log", "a") as venvs_log:
-            tiers = plan(options.releases, options.pytest_args,
-                         RealSetup(logs, venvs_log, started), scheduler.queue)
-        step(f"{len(scheduler.queued)} pytest runs in all, two at a time from here")
-        scheduler.set_limit(2)
+            setup = RealSetup(logs, venvs_log, started)
+            tiers = (quick_plan(setup, scheduler.queue) if options.quick else
+                     plan(options.releases, options.pytest_args, setup, scheduler.queue))
+        setup_seconds = time.monotonic() - started
+        step(f"set up in {minutes(setup_seconds)}; {len(scheduler.queued)} pytest runs in all")
         scheduler.wait()
     except SetupFailed as failure:
         print(f"test.sh: {failure}", file=sys.stderr)
@@ -345,14 +378,17 @@ def run(options: Options) -> int:
     except BaseException:  # Ctrl-C, or a bug here: the jobs go too
         abandon(scheduler, runner)
         raise
-    return report(options, logs, scheduler, tiers, started, disk)
+    durations.save({name: outcome.seconds for name, outcome in scheduler.outcomes.items()
+                    if outcome.exit_code is not None})
+    return report(options, logs, scheduler, tiers, started, setup_seconds, disk)
 
 
 def report(options: Options, logs: Path, scheduler: Scheduler, tiers: Dict[str, Tier],
-           started: float, disk: DiskWatch) -> int:
+           started: float, setup_seconds: float, disk: DiskWatch) -> int:
     found = verdicts(scheduler.queued, scheduler.outcomes, logs)
     print(table(found.rows))
     print(wall_times(scheduler.queued, scheduler.outcomes, tiers))
+    print(bounds(scheduler.outcomes, started, setup_seconds, time.monotonic() - started))
     print(f"logs: {logs} ({minutes(time.monotonic() - started)})", flush=True)
     # A torch newer than every row of patches/releases.tsv is on the index:
     # say so, and what identification gives for it (never a failure here).

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+from torch_backport.infra.fsio import cache_dir  # noqa: E402  (the one cache path)
 from torch_backport.infra.tables import release_numbers  # noqa: E402
 
 RESULTS_SUITE = "test/dynamo/test_pre_grad_results.py"
@@ -63,6 +65,29 @@ NEW_BASE_RELEASES = ("2.9.0", "2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.12.1", "
 # The tool suite builds its small installs from these two stock venvs.
 TOOLS_STOCK, TOOLS_UPSTREAM = "2.11.0", "2.12.0"
 WHEEL_RELEASE = "2.11.0"  # the patched wheel built, installed and tested
+
+
+# Two jobs run at once on two cores: each job gets one OpenMP thread and one
+# Inductor compile thread (no pool of compile workers), so that two jobs use
+# two cores. One job keeps torch's defaults, so that they stay tested.
+ONE_CORE_EACH = {"OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+TORCH_DEFAULTS_JOB = "patched-2.14.0-short"
+# Inductor's compiled kernels, kept between runs per venv
+# (test/dynamo/kept_kernels.py keys them within it).
+KERNEL_STORE = "PREGRAD_KERNEL_STORE"
+
+
+def kernel_store(python: str) -> Path:
+    """<cache>/kernels/<the venv's directory name>."""
+    return cache_dir() / "kernels" / Path(python).parent.parent.name
+
+
+def with_run_environment(job: "Job") -> "Job":
+    """The job with the threads and the kernel store it runs with (its own
+    env wins)."""
+    env = {} if job.name == TORCH_DEFAULTS_JOB else dict(ONE_CORE_EACH)
+    env[KERNEL_STORE] = str(kernel_store(job.python))
+    return dataclasses.replace(job, env={**env, **job.env})
 
 
 class SetupFailed(Exception):
@@ -142,12 +167,22 @@ def tools_env(builds: Dict[str, Build]) -> Dict[str, str]:
             "PREGRAD_UPSTREAM_PYTHON": builds[TOOLS_UPSTREAM].stock}
 
 
-def tools_job(builds: Dict[str, Build], pytest_args: Sequence[str]) -> Job:
+# The tool suite, the longest job, in two: the fault walks (about 45 % of its
+# time) and the concurrency suite in a job of their own, the rest (any new
+# file too) in the other.
+TOOLS_FAULTS_SUITES = ("test/tools/test_faults.py", "test/tools/test_concurrency.py")
+
+
+def tools_jobs(builds: Dict[str, Build], pytest_args: Sequence[str]) -> List[Job]:
     # test_new_base.py needs every base's stock venv and test_uv_end_to_end.py
     # the release wheel in the cache: jobs of their own (marked own_job,
     # test/tools/conftest.py).
-    return Job("tools", "tools", builds[TOOLS_STOCK].patched,
-               ["test/tools", *selecting("not own_job", pytest_args)], tools_env(builds))
+    python, env = builds[TOOLS_STOCK].patched, tools_env(builds)
+    others = [f"--ignore={suite}" for suite in TOOLS_FAULTS_SUITES]
+    return [Job("tools", "tools", python,
+                ["test/tools", *others, *selecting("not own_job", pytest_args)], env),
+            Job("tools-faults", "tools", python,
+                [*TOOLS_FAULTS_SUITES, *selecting("not own_job", pytest_args)], dict(env))]
 
 
 def selecting(marks: str, pytest_args: Sequence[str]) -> List[str]:
@@ -216,6 +251,10 @@ class Setup(Protocol):
 
     def note(self, line: str) -> None: ...
 
+    # Whether the patched wheel is built in a thread of its own, beside the
+    # venvs (a real setup), or at once (--list, which builds nothing).
+    background: bool
+
 
 def setup_order(selected: Sequence[str]) -> List[str]:
     """The tool suite needs stock 2.11.0 and 2.12.0 only: those first."""
@@ -229,41 +268,111 @@ def plan(selected: Sequence[str], pytest_args: Sequence[str], setup: Setup,
     there; then the tiers by content, the other releases' jobs and the
     new-base rehearsal. The tier of each release."""
     builds: Dict[str, Build] = {}
-    tiers = queue_as_set_up(selected, pytest_args, setup, queue, builds)
-    queue_by_tier(selected, pytest_args, setup, queue, builds, tiers)
+
+    def queue_to_run(job: Job) -> None:
+        queue(with_run_environment(job))
+
+    wheel = PatchedWheel(setup, pytest_args, queue_to_run)
+    try:
+        tiers = queue_as_set_up(selected, pytest_args, setup, queue_to_run, builds, wheel)
+        queue_by_tier(selected, pytest_args, setup, queue_to_run, builds, tiers)
+    finally:
+        wheel.join()
     rehearsal = new_base_job(builds, pytest_args)
     if rehearsal is None:
         setup.note(f"   new-base rehearsal: not run (needs {' '.join(NEW_BASE_RELEASES)} "
                    "among --releases)")
     else:
-        queue(rehearsal)
+        queue_to_run(rehearsal)
     return tiers
 
 
+class PatchedWheel:
+    """The patched wheel built and installed in a thread of its own (a
+    minute of the setup), its jobs queued when it is there; `join` waits for
+    it and raises what it raised."""
+
+    def __init__(self, setup: Setup, pytest_args: Sequence[str],
+                 queue: Callable[[Job], None]) -> None:
+        self.setup, self.pytest_args, self.queue = setup, pytest_args, queue
+        self.thread: Optional[threading.Thread] = None
+        self.failure: Optional[BaseException] = None
+
+    def start(self, builds: Dict[str, Build]) -> None:
+        self.thread = threading.Thread(target=self._build, args=(dict(builds),),
+                                       name="patched-wheel", daemon=True)
+        self.thread.start()
+        if not self.setup.background:
+            self.join()
+
+    def _build(self, builds: Dict[str, Build]) -> None:
+        try:
+            for job in wheel_jobs(builds, *self.setup.patched_wheel(builds), self.pytest_args):
+                self.queue(job)
+        except BaseException as failure:  # raised again by join(), in the main thread
+            self.failure = failure
+
+    @property
+    def started(self) -> bool:
+        return self.thread is not None
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+        if self.failure is not None:
+            raise self.failure
+
+
 def queue_as_set_up(selected: Sequence[str], pytest_args: Sequence[str], setup: Setup,
-                    queue: Callable[[Job], None], builds: Dict[str, Build]) -> Dict[str, Tier]:
+                    queue: Callable[[Job], None], builds: Dict[str, Build],
+                    wheel: PatchedWheel) -> Dict[str, Tier]:
     """Each release set up in turn (into `builds`); what can start then
     starts: the tool suite once its two venvs exist, the patched wheel's
-    jobs after it, a series base's full tier (it is the reference of its
-    content whatever else is tested). The tiers known so far."""
+    build (in its thread) and then its jobs, a series base's full tier (it is
+    the reference of its content whatever else is tested). The tiers known
+    so far."""
     tiers: Dict[str, Tier] = {}
-    tools_queued = wheel_queued = False
+    tools_queued = False
     for release in setup_order(selected):
         builds[release] = setup.release(release)
         if not tools_queued and TOOLS_STOCK in builds and TOOLS_UPSTREAM in builds:
-            queue(tools_job(builds, pytest_args))
-            tools_queued = True
-        if tools_queued and not wheel_queued:
-            for job in wheel_jobs(builds, *setup.patched_wheel(builds), pytest_args):
+            for job in tools_jobs(builds, pytest_args):
                 queue(job)
-            wheel_queued = True
+            tools_queued = True
+        if tools_queued and not wheel.started:
+            wheel.start(builds)
         if is_series_base(release):
             tiers[release] = Tier("full", f"patches/v{release} is cut against it")
             for job in full_tier(builds[release], pytest_args):
                 queue(job)
-    if WHEEL_RELEASE in builds and not wheel_queued:  # 2.12.0 not tested: no tool suite
-        for job in wheel_jobs(builds, *setup.patched_wheel(builds), pytest_args):
-            queue(job)
+    if WHEEL_RELEASE in builds and not wheel.started:  # 2.12.0 not tested: no tool suite
+        wheel.start(builds)
+    return tiers
+
+
+# The inner loop (scripts/test.sh --quick): the tool suite without its slow
+# tests, and the short tier of a backport release and a release upstream
+# ships the feature in (the tool suite reads stock 2.12.0 too).
+QUICK_RELEASES = ("2.11.0", "2.15.0")
+QUICK_TOOLS_MARKS = "not own_job and not slow"
+
+
+def quick_plan(setup: Setup, queue: Callable[[Job], None]) -> Dict[str, Tier]:
+    """What a typical change to the tool breaks, in a few minutes: not the gate."""
+    builds: Dict[str, Build] = {}
+
+    def queue_to_run(job: Job) -> None:
+        queue(with_run_environment(job))
+
+    tiers: Dict[str, Tier] = {}
+    for release in setup_order([*QUICK_RELEASES, TOOLS_UPSTREAM]):
+        builds[release] = setup.release(release)
+    queue_to_run(Job("tools-quick", "tools", builds[TOOLS_STOCK].patched,
+                     ["test/tools", "-m", QUICK_TOOLS_MARKS], tools_env(builds)))
+    for release in QUICK_RELEASES:
+        tiers[release] = Tier("short", "--quick")
+        for job in short_tier(builds[release], []):
+            queue_to_run(job)
     return tiers
 
 

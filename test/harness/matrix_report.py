@@ -158,13 +158,42 @@ def table(rows: Iterable[Row]) -> str:
     return "\n".join(lines)
 
 
+def clock(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes:2d}:{rest:02d}"
+
+
 def wall_times(queued: Iterable[Job], outcomes: Mapping[str, Outcome],
                tiers: Mapping[str, Tier]) -> str:
-    lines = [f"\n{'job':<30} {'wall time':<9} tier"]
+    """Each job's wall time and the CPU time of its processes (user and
+    system), and its tier."""
+    lines = [f"\n{'job':<30} {'wall':>5} {'cpu':>6}  tier"]
     for job in queued:
         outcome = outcomes.get(job.name)
-        minutes, seconds = divmod(round(outcome.seconds) if outcome else 0, 60)
+        wall, cpu = (outcome.seconds, outcome.cpu_seconds) if outcome else (0.0, 0.0)
         tier = tiers.get(job.release or "")
         level = f"{tier.level}: {tier.why}" if tier else "-"
-        lines.append(f"{job.name:<30} {minutes:2d}:{seconds:02d}     {level}")
+        lines.append(f"{job.name:<30} {clock(wall)} {clock(cpu):>6}  {level}")
+    return "\n".join(lines)
+
+
+def bounds(outcomes: Mapping[str, Outcome], started: float, setup_seconds: float,
+           total_seconds: float, cores: int = 2) -> str:
+    """Where the run's time went: the setup (venvs, patched copies, the
+    patched wheel, the tiers), the jobs' wall and CPU time added up, the
+    critical path (the job that would end last with a core for every job:
+    when its venvs were ready, plus its wall time) and the run's total."""
+    ran = [outcome for outcome in outcomes.values() if outcome.exit_code is not None]
+    wall = sum(outcome.seconds for outcome in ran)
+    cpu = sum(outcome.cpu_seconds for outcome in ran)
+    lines = [f"\nsetup: {clock(setup_seconds).strip()} (venvs, patched copies, the patched "
+             "wheel, tiers; jobs ran beside it)",
+             f"jobs: {len(ran)}, wall {clock(wall).strip()} and CPU {clock(cpu).strip()} in all "
+             f"({clock(cpu / cores).strip()} on {cores} cores)"]
+    if ran:
+        last = max(ran, key=lambda outcome: outcome.queued_at + outcome.seconds)
+        ready = last.queued_at - started
+        lines.append(f"critical path: {clock(ready + last.seconds).strip()} ({last.job.name}: "
+                     f"ready at {clock(ready).strip()}, ran {clock(last.seconds).strip()})")
+    lines.append(f"total: {clock(total_seconds).strip()}")
     return "\n".join(lines)

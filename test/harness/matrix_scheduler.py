@@ -1,15 +1,16 @@
 """Running the matrix's jobs (matrix_jobs.Job): a scheduler that keeps at
-most `limit` of them running, in the order queued, and the runner that
-makes one job a pytest process with its output in files.
+most `limit` of them running, the longest expected first, and the runner
+that makes one job a pytest process with its output in files.
 
-While venvs still install (downloads and unzipping: about one core) the
-matrix runs one job at a time, then two, for two cores; a job starts as soon
-as a slot is free, also while the main thread is setting up the next venv.
+A job starts as soon as it is queued (its venvs are ready) and a slot is
+free, also while the main thread is setting up the next venv. Among the
+queued jobs the one the last run took longest over starts first
+(durations.py keeps each job's wall time in the cache); one never timed
+counts as the longest.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import signal
@@ -18,7 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Deque, Dict, List, Mapping, Optional, TextIO
+from typing import Callable, Dict, List, Mapping, Optional, TextIO, Tuple
 
 from matrix_jobs import Job
 
@@ -33,23 +34,35 @@ REQUIRE_ALL = {"PREGRAD_REQUIRE_ALL": "1"}
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """How a job ended: pytest's exit status (None: it could not start)."""
+    """How a job ended: pytest's exit status (None: it could not start), its
+    wall time, the CPU time of its process tree (user and system, of every
+    process it waited for) and when it was queued and started (monotonic)."""
     job: Job
     exit_code: Optional[int]
     seconds: float
+    cpu_seconds: float = 0.0
+    queued_at: float = 0.0
+    started_at: float = 0.0
+
+
+NEVER_TIMED = float("inf")
 
 
 class Scheduler:
-    """Jobs run in the order queued, at most `limit` at once, each in a
-    thread of its own that calls `run(job)`."""
+    """At most `limit` jobs at once, each in a thread of its own that calls
+    `run(job)`; of the jobs waiting, the one `expected` says is longest
+    first (ties in the order queued)."""
 
-    def __init__(self, run: Callable[[Job], Outcome], limit: int = 1) -> None:
+    def __init__(self, run: Callable[[Job], Outcome], limit: int = 1,
+                 expected: Callable[[Job], Optional[float]] = lambda job: None) -> None:
         self._run = run
         self._limit = limit
-        self._pending: Deque[Job] = collections.deque()
+        self._expected = expected
+        self._pending: List[Job] = []
         self._running = 0
         self._changed = threading.Condition()
         self.queued: List[Job] = []  # every job, in the order queued (the table's order)
+        self.queued_at: Dict[str, float] = {}
         self.outcomes: Dict[str, Outcome] = {}
 
     def queue(self, job: Job) -> None:
@@ -57,6 +70,7 @@ class Scheduler:
             if any(earlier.name == job.name for earlier in self.queued):
                 raise ValueError(f"two jobs named {job.name}: their logs would collide")
             self.queued.append(job)
+            self.queued_at[job.name] = time.monotonic()
             self._pending.append(job)
             self._start_what_fits()
 
@@ -76,9 +90,17 @@ class Scheduler:
             while self._pending or self._running:
                 self._changed.wait()
 
+    def _longest_pending(self) -> Job:
+        def expected(job: Job) -> float:
+            seconds = self._expected(job)
+            return NEVER_TIMED if seconds is None else seconds
+        job = max(self._pending, key=expected)  # max keeps the first of equals
+        self._pending.remove(job)
+        return job
+
     def _start_what_fits(self) -> None:  # the caller holds self._changed
         while self._pending and self._running < self._limit:
-            job = self._pending.popleft()
+            job = self._longest_pending()
             self._running += 1
             threading.Thread(target=self._work, args=(job,), name=job.name, daemon=True).start()
 
@@ -90,6 +112,8 @@ class Scheduler:
             print(f"   {job.name}: could not run ({type(problem).__name__}: {problem})",
                   file=sys.stderr)
             outcome = Outcome(job, None, time.monotonic() - begun)
+        outcome = dataclasses.replace(outcome, queued_at=self.queued_at[job.name],
+                                      started_at=begun)
         with self._changed:
             self.outcomes[job.name] = outcome
             self._running -= 1
@@ -135,13 +159,13 @@ class PytestRunner:
             except OSError as problem:  # no such interpreter: the log says so
                 log.write(f"could not start {job.python}: {problem}\n".encode())
                 return Outcome(job, None, time.monotonic() - begun)
-            exit_code = process.wait()
+            exit_code, cpu_seconds = waited(process)
         with self._lock:
             del self._processes[job.name]
         seconds = time.monotonic() - begun
         minutes, rest = divmod(round(seconds), 60)
         print(f"   done {job.name:<28} {minutes} min {rest:02d} s", file=self.say, flush=True)
-        return Outcome(job, exit_code, seconds)
+        return Outcome(job, exit_code, seconds, cpu_seconds)
 
     def stop(self) -> None:
         """End every job this runner started (its process group), and start
@@ -153,3 +177,11 @@ class PytestRunner:
                     os.killpg(process.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
+
+
+def waited(process: "subprocess.Popen[bytes]") -> Tuple[int, float]:
+    """Wait for `process`: its exit status as Popen gives it, and the CPU
+    seconds (user and system) of it and every descendant it waited for."""
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, usage.ru_utime + usage.ru_stime

@@ -14,8 +14,9 @@ output. An environment that finished installing is reused; one whose
 install was interrupted is rebuilt; one made with other test requirements
 or another torchao or torchvision pin gets those, keeping its torch (the
 ready stamp names all four). The first install downloads about 4.6 GB (torch and its
-CUDA libraries; they run on the CPU too); pip's cache makes later ones
-local. Files of 1 MB or more that another venv under $PREGRAD_CACHE/venvs
+CUDA libraries; they run on the CPU too) into $PREGRAD_CACHE/wheelhouse
+(`pip download`, then `pip install --no-index --find-links` from there), so
+that a wheel two venvs share is downloaded once. Files of 1 MB or more that another venv under $PREGRAD_CACHE/venvs
 holds byte for byte are then hard-linked to it (util-linux's hardlink, if
 present): ten releases, with their patched copies, take about 32 GB.
 
@@ -151,6 +152,45 @@ def lift_configured_constraint(env: Dict[str, str], version: str, log: TextIO) -
     env["PIP_CONSTRAINT"] = "/dev/null"
 
 
+def wheelhouse() -> Path:
+    """Every wheel the venvs install, downloaded once: pip's own cache keeps
+    nothing of this index's replies (they are not cacheable), and the ten
+    releases share most of their CUDA wheels."""
+    return cache_dir() / "wheelhouse"
+
+
+def install_from_wheelhouse(python: Path, requirements: Sequence[Union[str, Path]],
+                            env: Dict[str, str], log: TextIO, no_deps: bool = False) -> bool:
+    """`pip download` into the wheelhouse (a file already there is not
+    downloaded again), then `pip install` from it alone: the same resolution
+    as a plain install, each wheel fetched once for all the venvs."""
+    deps = ["--no-deps"] if no_deps else []
+    return (run_into(log, [python, *QUIET_PIP, "download", *deps, "-d", wheelhouse(),
+                           *requirements], env)
+            and run_into(log, [python, *QUIET_PIP, "install", *deps, "--no-index",
+                               "--find-links", wheelhouse(), *requirements], env))
+
+
+def seed_release_wheel(version: str, log: TextIO) -> None:
+    """The release wheel of torch `version` that the venv was installed from,
+    hard-linked into the tool's own release-wheel cache (<cache>/wheels/,
+    where `apply.sh --wheel` looks first): downloaded once for both."""
+    from torch_backport.download.release_wheels import Target, cached
+
+    target = Target.host()
+    if cached(version, target, cache_dir()) is not None:
+        return
+    for wheel in sorted(wheelhouse().glob(f"torch-{version}-*.whl")):
+        folder = cache_dir() / "wheels" / target.folder
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(wheel, folder / wheel.name)
+        except OSError:
+            shutil.copy2(wheel, folder / wheel.name)
+        print(f"venv: {wheel.name} from the wheelhouse into {folder}", file=log)
+        return
+
+
 def install_pins(python: Path, version: str, env: Dict[str, str], log: TextIO) -> bool:
     """torchao and torchvision as test/*.tsv pin them, --no-deps so that they
     can never move torch (torchao publishes no torch requirement); where a pin
@@ -158,8 +198,8 @@ def install_pins(python: Path, version: str, env: Dict[str, str], log: TextIO) -
     for dist, table in (("torchao", TORCHAO_PINS), ("torchvision", TORCHVISION_PINS)):
         pin = pinned(table, version)
         if pin.version != "none":
-            if not run_into(log, [python, *QUIET_PIP, "install", "--no-deps",
-                                  f"{dist}=={pin.version}"], env):
+            if not install_from_wheelhouse(python, [f"{dist}=={pin.version}"], env, log,
+                                           no_deps=True):
                 return False
         elif subprocess.run([str(python), "-m", "pip", "show", dist],
                             capture_output=True).returncode == 0:
@@ -177,7 +217,7 @@ def update_in_place(venv: Path, version: str, env: Dict[str, str], log: TextIO) 
     lift_configured_constraint(env, version, log)
     (venv / ".pregrad-ready").unlink()
     python = python_of(venv)
-    return (run_into(log, [python, *QUIET_PIP, "install", "-r", REQUIREMENTS], env)
+    return (install_from_wheelhouse(python, ["-r", REQUIREMENTS], env, log)
             and install_pins(python, version, env, log))
 
 
@@ -195,8 +235,8 @@ def create(venv: Path, version: str, env: Dict[str, str], log: TextIO) -> None:
           "~4.6 GB ...", file=log)
     python = python_of(venv)
     # pip prints one line per download; its progress bar shows on a terminal.
-    if not (run_into(log, [python, *QUIET_PIP, "install", f"torch=={version}",
-                           "-r", REQUIREMENTS], env)
+    if not (install_from_wheelhouse(python, [f"torch=={version}", "-r", REQUIREMENTS],
+                                    env, log)
             and install_pins(python, version, env, log)):
         raise InstallFailed(f"venv: pip failed installing torch=={version} into {venv}; "
                             "rerun to retry")

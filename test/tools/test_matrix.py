@@ -62,6 +62,23 @@ class SchedulerTest(ScratchTestCase):
         self.assertEqual(most, 2)
         self.assertEqual(started, [f"job-{i}" for i in range(6)])
 
+    def test_the_longest_expected_starts_first_and_the_never_timed_before_it(self) -> None:
+        release = threading.Event()
+        started: list[str] = []
+
+        def run(job: Job) -> Outcome:
+            started.append(job.name)
+            release.wait(5)
+            return Outcome(job, 0, 0)
+
+        expected = {"blocker": 1.0, "short": 10.0, "long": 300.0, "middle": 60.0}
+        scheduler = Scheduler(run, limit=1, expected=lambda job: expected.get(job.name))
+        for name in ("blocker", "short", "long", "never-timed", "middle"):
+            scheduler.queue(fake_job(name))
+        release.set()
+        scheduler.wait()
+        self.assertEqual(started, ["blocker", "never-timed", "long", "middle", "short"])
+
     def test_raising_the_limit_starts_the_pending_jobs(self) -> None:
         release = threading.Event()
         scheduler = Scheduler(lambda job: (release.wait(5), Outcome(job, 0, 0))[1], limit=1)
@@ -284,11 +301,20 @@ class CommandLineTest(ScratchTestCase):
         self.assertEqual(listed.returncode, 0, listed.stderr)
         jobs = [json.loads(line) for line in listed.stdout.splitlines()]
         self.assertEqual([job["name"] for job in jobs], [
-            "patched-2.11.0-results", "patched-2.11.0", "tools", "wheel-2.11.0", "uv-fleet",
-            "patched-2.12.0-results", "patched-2.12.0"])  # no stock jobs with PYTEST_ARGS
+            "patched-2.11.0-results", "patched-2.11.0", "tools", "tools-faults", "wheel-2.11.0",
+            "uv-fleet", "patched-2.12.0-results", "patched-2.12.0"])  # no stock jobs: PYTEST_ARGS
         self.assertTrue(all(job["argv"][-1] == "-x" for job in jobs))
-        self.assertEqual(jobs[2]["argv"], ["test/tools", "-m", "not own_job", "-x"])
-        self.assertEqual(jobs[0]["env"], {"PREGRAD_EXPECT_PATCHED": "2.11.0"})
+        self.assertEqual(jobs[2]["argv"], [
+            "test/tools", "--ignore=test/tools/test_faults.py",
+            "--ignore=test/tools/test_concurrency.py", "-m", "not own_job", "-x"])
+        self.assertEqual(jobs[3]["argv"], ["test/tools/test_faults.py",
+                                           "test/tools/test_concurrency.py",
+                                           "-m", "not own_job", "-x"])
+        self.assertEqual(jobs[0]["env"], {
+            "PREGRAD_EXPECT_PATCHED": "2.11.0", "OMP_NUM_THREADS": "1",
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",
+            "PREGRAD_KERNEL_STORE": str(self.tmp / "cache" / "kernels" / "torch-2.11.0-patched")})
+        self.assertEqual({job["expected_s"] for job in jobs}, {None})  # never timed
         self.assertFalse((self.tmp / "cache").exists())
         self.assertIn("new-base rehearsal: not run", listed.stderr)
 
@@ -306,7 +332,9 @@ class CommandLineTest(ScratchTestCase):
         self.assertEqual(sorted(jobs), ["patched-2.11.0", "patched-2.11.0-results",
                                         "stock-2.11.0", "uv-fleet", "wheel-2.11.0"])
         self.assertEqual(jobs["stock-2.11.0"]["env"], {
-            "PREGRAD_EXPECT_STOCK": "2.11.0", "PREGRAD_STOCK_DISCRIMINATING": "2.11.0"})
+            "PREGRAD_EXPECT_STOCK": "2.11.0", "PREGRAD_STOCK_DISCRIMINATING": "2.11.0",
+            "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1",
+            "PREGRAD_KERNEL_STORE": str(self.tmp / "cache" / "kernels" / "torch-2.11.0")})
         self.assertEqual(jobs["stock-2.11.0"]["argv"][:2], ["-m", "not patched_only"])
 
 

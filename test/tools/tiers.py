@@ -33,6 +33,7 @@ MARKS: Dict[str, Tuple[str, ...]] = {
     "test_index_over_http.py::IndexOverHttp": ("needs_torch", "network"),
     "test_index_over_http.py::RealWheelOverHttp": ("needs_torch", "network"),
     "test_install_package.py": ("needs_torch",),
+    "test_kept_kernels.py::KeptKernelsTest": ("needs_torch", "slow"),
     "test_leftovers_and_messages.py::LeftoversTest": ("needs_torch",),
     "test_leftovers_and_messages.py::LeftoversTest::"
     "test_root_applying_to_another_users_install_keeps_the_owners_ownership": ("root",),

@@ -216,7 +216,8 @@ class RealSetup:
 
     def release(self, release: str) -> Build:
         try:
-            stock = venvs.ensure_venv(release, log=self.venvs_log)
+            stock = venvs.ensure_venv(release, log=self.venvs_log,
+                                      keep_release_wheel=release == WHEEL_RELEASE)
         except venvs.InstallFailed as failure:
             raise SetupFailed(f"could not set up torch {release} ({failure}); see "
                               f"{self.logs}/venvs.log") from failure
@@ -368,7 +369,9 @@ def run(options: Options) -> int:
             setup = RealSetup(logs, venvs_log, started)
             tiers = (quick_plan(setup, scheduler.queue) if options.quick else
                      plan(options.releases, options.pytest_args, setup, scheduler.queue))
+            venvs.drop_wheelhouse(venvs_log)
         setup_seconds = time.monotonic() - started
+        runner.setup_done()
         step(f"set up in {minutes(setup_seconds)}; {len(scheduler.queued)} pytest runs in all")
         scheduler.wait()
     except SetupFailed as failure:

@@ -30,6 +30,7 @@ PYTEST_FLAGS = ("-q", "-rs", "-p", "no:randomly", "--tb=short", "--durations=15"
 # one is an error here, where elsewhere the test skips (test/tools/prerequisites.py,
 # test/dynamo/conftest.py).
 REQUIRE_ALL = {"PREGRAD_REQUIRE_ALL": "1"}
+SETUP_FIRST_NICENESS = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +139,15 @@ class PytestRunner:
         self._processes: Dict[str, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
         self._stopping = False
+        self._setting_up = True
+
+    def setup_done(self) -> None:
+        """The setup ended: the running jobs back to the ordinary priority
+        (where this user may raise it again), and later ones start there."""
+        with self._lock:
+            self._setting_up = False
+            for process in self._processes.values():
+                prioritize(process.pid, 0)
 
     def command(self, job: Job) -> List[str]:
         return [job.python, "-m", "pytest", *PYTEST_FLAGS,
@@ -156,6 +166,10 @@ class PytestRunner:
                                                     **job.env},
                                                start_new_session=True)
                     self._processes[job.name] = process
+                    if self._setting_up:
+                        # While venvs still install, a job yields the CPU to
+                        # the setup, which every later job waits for.
+                        prioritize(process.pid, SETUP_FIRST_NICENESS)
             except OSError as problem:  # no such interpreter: the log says so
                 log.write(f"could not start {job.python}: {problem}\n".encode())
                 return Outcome(job, None, time.monotonic() - begun)
@@ -185,3 +199,12 @@ def waited(process: "subprocess.Popen[bytes]") -> Tuple[int, float]:
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     return process.returncode, usage.ru_utime + usage.ru_stime
+
+
+def prioritize(group: int, niceness: int) -> None:
+    """The niceness of a job's process group (its session: the job and what
+    it started); as much as this user may set."""
+    try:
+        os.setpriority(os.PRIO_PGRP, group, niceness)
+    except OSError:  # gone already, or a lower niceness this user may not set
+        pass

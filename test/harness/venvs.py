@@ -16,7 +16,8 @@ or another torchao or torchvision pin gets those, keeping its torch (the
 ready stamp names all four). The first install downloads about 4.6 GB (torch and its
 CUDA libraries; they run on the CPU too) into $PREGRAD_CACHE/wheelhouse
 (`pip download`, then `pip install --no-index --find-links` from there), so
-that a wheel two venvs share is downloaded once. Files of 1 MB or more that another venv under $PREGRAD_CACHE/venvs
+that a wheel two venvs share is downloaded once; the release's torch wheel
+leaves the wheelhouse once its venv is ready. Files of 1 MB or more that another venv under $PREGRAD_CACHE/venvs
 holds byte for byte are then hard-linked to it (util-linux's hardlink, if
 present): ten releases, with their patched copies, take about 32 GB.
 
@@ -191,6 +192,16 @@ def seed_release_wheel(version: str, log: TextIO) -> None:
         return
 
 
+def drop_wheelhouse(log: TextIO) -> None:
+    """Once every venv of a run is set up: the wheelhouse held what they
+    share only (each torch wheel left it with its venv), 9 GB or more that
+    no venv reads; a venv made later downloads what it needs again."""
+    if wheelhouse().is_dir():
+        print(f"venv: removing {wheelhouse()} ({megabytes(wheelhouse())} MB): every venv "
+              "is set up", file=log)
+        shutil.rmtree(wheelhouse(), ignore_errors=True)
+
+
 def install_pins(python: Path, version: str, env: Dict[str, str], log: TextIO) -> bool:
     """torchao and torchvision as test/*.tsv pin them, --no-deps so that they
     can never move torch (torchao publishes no torch requirement); where a pin
@@ -221,8 +232,11 @@ def update_in_place(venv: Path, version: str, env: Dict[str, str], log: TextIO) 
             and install_pins(python, version, env, log))
 
 
-def create(venv: Path, version: str, env: Dict[str, str], log: TextIO) -> None:
-    """A new venv with torch==version, the test requirements and the pins."""
+def create(venv: Path, version: str, env: Dict[str, str], log: TextIO,
+           keep_release_wheel: bool = False) -> None:
+    """A new venv with torch==version, the test requirements and the pins.
+    Its torch wheel leaves the wheelhouse after (no other venv installs it;
+    with `keep_release_wheel`, into the tool's release-wheel cache)."""
     started = time.monotonic()
     lift_configured_constraint(env, version, log)
     print(f"venv: creating {venv} (torch=={version})", file=log)
@@ -241,12 +255,17 @@ def create(venv: Path, version: str, env: Dict[str, str], log: TextIO) -> None:
         raise InstallFailed(f"venv: pip failed installing torch=={version} into {venv}; "
                             "rerun to retry")
     (venv / ".pregrad-ready").write_text(ready_stamp(version) + "\n")
+    if keep_release_wheel:
+        seed_release_wheel(version, log)
+    for wheel in wheelhouse().glob(f"torch-{version}[-+]*.whl"):
+        wheel.unlink()
     print(f"venv: ready after {round(time.monotonic() - started)} s", file=log)
 
 
-def ensure_venv(version: str, name: Optional[str] = None, log: TextIO = sys.stderr) -> Path:
+def ensure_venv(version: str, name: Optional[str] = None, log: TextIO = sys.stderr,
+                keep_release_wheel: bool = False) -> Path:
     """The python of the venv NAME (default torch-VERSION), made or brought
-    up to date first if it is not ready."""
+    up to date first if it is not ready (`keep_release_wheel`: see create)."""
     venv = venvs_dir() / (name or f"torch-{version}")
     env = dict(os.environ)
     with locked(venv):
@@ -259,7 +278,7 @@ def ensure_venv(version: str, name: Optional[str] = None, log: TextIO = sys.stde
                 ready.write_text(ready_stamp(version) + "\n")
                 return python_of(venv)
             print(f"venv: updating failed; rebuilding {venv}", file=log)
-        create(venv, version, env, log)
+        create(venv, version, env, log, keep_release_wheel)
         share_identical_files(log)
     return python_of(venv)
 

@@ -294,7 +294,7 @@ class PredictedSetup:
 def list_plan(options: Options) -> int:
     planned: List[Job] = []
     try:
-        plan(options.releases, options.pytest_args, PredictedSetup(), planned.append)
+        plan(options.releases, options.pytest_args, PredictedSetup(), planned.extend)
     except SetupFailed as failure:
         print(f"test.sh: {failure}", file=sys.stderr)
         return 1
@@ -367,8 +367,8 @@ def run(options: Options) -> int:
              f"two at a time, the longest first (logs: {logs}/<job>.log)")
         with open(logs / "venvs.log", "a") as venvs_log:
             setup = RealSetup(logs, venvs_log, started)
-            tiers = (quick_plan(setup, scheduler.queue) if options.quick else
-                     plan(options.releases, options.pytest_args, setup, scheduler.queue))
+            tiers = (quick_plan(setup, scheduler.queue_all) if options.quick else
+                     plan(options.releases, options.pytest_args, setup, scheduler.queue_all))
             venvs.drop_wheelhouse(venvs_log)
         setup_seconds = time.monotonic() - started
         runner.setup_done()

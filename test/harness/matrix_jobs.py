@@ -16,6 +16,10 @@ import threading
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
+# Queues jobs that became ready together: the scheduler then picks the
+# longest of them all, not the first one queued.
+Queue = Callable[[Sequence["Job"]], None]
+
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -263,14 +267,14 @@ def setup_order(selected: Sequence[str]) -> List[str]:
 
 
 def plan(selected: Sequence[str], pytest_args: Sequence[str], setup: Setup,
-         queue: Callable[[Job], None]) -> Dict[str, Tier]:
+         queue: Queue) -> Dict[str, Tier]:
     """Set up each release and queue its jobs as soon as what they need is
     there; then the tiers by content, the other releases' jobs and the
     new-base rehearsal. The tier of each release."""
     builds: Dict[str, Build] = {}
 
-    def queue_to_run(job: Job) -> None:
-        queue(with_run_environment(job))
+    def queue_to_run(jobs: Sequence[Job]) -> None:
+        queue([with_run_environment(job) for job in jobs])
 
     wheel = PatchedWheel(setup, pytest_args, queue_to_run)
     try:
@@ -283,7 +287,7 @@ def plan(selected: Sequence[str], pytest_args: Sequence[str], setup: Setup,
         setup.note(f"   new-base rehearsal: not run (needs {' '.join(NEW_BASE_RELEASES)} "
                    "among --releases)")
     else:
-        queue_to_run(rehearsal)
+        queue_to_run([rehearsal])
     return tiers
 
 
@@ -292,8 +296,7 @@ class PatchedWheel:
     minute of the setup), its jobs queued when it is there; `join` waits for
     it and raises what it raised."""
 
-    def __init__(self, setup: Setup, pytest_args: Sequence[str],
-                 queue: Callable[[Job], None]) -> None:
+    def __init__(self, setup: Setup, pytest_args: Sequence[str], queue: Queue) -> None:
         self.setup, self.pytest_args, self.queue = setup, pytest_args, queue
         self.thread: Optional[threading.Thread] = None
         self.failure: Optional[BaseException] = None
@@ -307,8 +310,7 @@ class PatchedWheel:
 
     def _build(self, builds: Dict[str, Build]) -> None:
         try:
-            for job in wheel_jobs(builds, *self.setup.patched_wheel(builds), self.pytest_args):
-                self.queue(job)
+            self.queue(wheel_jobs(builds, *self.setup.patched_wheel(builds), self.pytest_args))
         except BaseException as failure:  # raised again by join(), in the main thread
             self.failure = failure
 
@@ -324,7 +326,7 @@ class PatchedWheel:
 
 
 def queue_as_set_up(selected: Sequence[str], pytest_args: Sequence[str], setup: Setup,
-                    queue: Callable[[Job], None], builds: Dict[str, Build],
+                    queue: Queue, builds: Dict[str, Build],
                     wheel: PatchedWheel) -> Dict[str, Tier]:
     """Each release set up in turn (into `builds`); what can start then
     starts: the tool suite once its two venvs exist, the patched wheel's
@@ -336,15 +338,13 @@ def queue_as_set_up(selected: Sequence[str], pytest_args: Sequence[str], setup: 
     for release in setup_order(selected):
         builds[release] = setup.release(release)
         if not tools_queued and TOOLS_STOCK in builds and TOOLS_UPSTREAM in builds:
-            for job in tools_jobs(builds, pytest_args):
-                queue(job)
+            queue(tools_jobs(builds, pytest_args))
             tools_queued = True
         if tools_queued and not wheel.started:
             wheel.start(builds)
         if is_series_base(release):
             tiers[release] = Tier("full", f"patches/v{release} is cut against it")
-            for job in full_tier(builds[release], pytest_args):
-                queue(job)
+            queue(full_tier(builds[release], pytest_args))
     if WHEEL_RELEASE in builds and not wheel.started:  # 2.12.0 not tested: no tool suite
         wheel.start(builds)
     return tiers
@@ -357,32 +357,27 @@ QUICK_RELEASES = ("2.11.0", "2.15.0")
 QUICK_TOOLS_MARKS = "not own_job and not slow"
 
 
-def quick_plan(setup: Setup, queue: Callable[[Job], None]) -> Dict[str, Tier]:
+def quick_plan(setup: Setup, queue: Queue) -> Dict[str, Tier]:
     """What a typical change to the tool breaks, in a few minutes: not the gate."""
     builds: Dict[str, Build] = {}
-
-    def queue_to_run(job: Job) -> None:
-        queue(with_run_environment(job))
-
-    tiers: Dict[str, Tier] = {}
     for release in setup_order([*QUICK_RELEASES, TOOLS_UPSTREAM]):
         builds[release] = setup.release(release)
-    queue_to_run(Job("tools-quick", "tools", builds[TOOLS_STOCK].patched,
-                     ["test/tools", "-m", QUICK_TOOLS_MARKS], tools_env(builds)))
+    jobs = [Job("tools-quick", "tools", builds[TOOLS_STOCK].patched,
+                ["test/tools", "-m", QUICK_TOOLS_MARKS], tools_env(builds))]
     for release in QUICK_RELEASES:
-        tiers[release] = Tier("short", "--quick")
-        for job in short_tier(builds[release], []):
-            queue_to_run(job)
-    return tiers
+        jobs += short_tier(builds[release], [])
+    queue([with_run_environment(job) for job in jobs])
+    return {release: Tier("short", "--quick") for release in QUICK_RELEASES}
 
 
 def queue_by_tier(selected: Sequence[str], pytest_args: Sequence[str], setup: Setup,
-                  queue: Callable[[Job], None], builds: Dict[str, Build],
+                  queue: Queue, builds: Dict[str, Build],
                   tiers: Dict[str, Tier]) -> None:
     """The tiers by content, computed from the installed files now (into
     `tiers`); the full-tier releases' jobs, then the short ones (longest
     first). A series base must come out full."""
     short: List[Build] = []
+    jobs: List[Job] = []
     for release, tier in setup.tiers([builds[release] for release in selected]):
         setup.note(f"   {release}: {tier.level} tier ({tier.why})")
         if release in tiers and tier.level != "full":
@@ -393,11 +388,10 @@ def queue_by_tier(selected: Sequence[str], pytest_args: Sequence[str], setup: Se
         if queued_already:
             continue
         if tier.level == "full":
-            for job in full_tier(builds[release], pytest_args):
-                queue(job)
+            jobs += full_tier(builds[release], pytest_args)
         else:
             short.append(builds[release])
     newest = max((build.release for build in short), key=release_numbers, default=None)
     for build in short:
-        for job in short_tier(build, pytest_args, verify=build.release == newest):
-            queue(job)
+        jobs += short_tier(build, pytest_args, verify=build.release == newest)
+    queue(jobs)

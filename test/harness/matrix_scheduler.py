@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, TextIO, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from matrix_jobs import Job
 
@@ -67,12 +67,17 @@ class Scheduler:
         self.outcomes: Dict[str, Outcome] = {}
 
     def queue(self, job: Job) -> None:
+        self.queue_all([job])
+
+    def queue_all(self, jobs: Sequence[Job]) -> None:
+        """Jobs that became ready together: the longest of them starts first."""
         with self._changed:
-            if any(earlier.name == job.name for earlier in self.queued):
-                raise ValueError(f"two jobs named {job.name}: their logs would collide")
-            self.queued.append(job)
-            self.queued_at[job.name] = time.monotonic()
-            self._pending.append(job)
+            for job in jobs:
+                if any(earlier.name == job.name for earlier in self.queued):
+                    raise ValueError(f"two jobs named {job.name}: their logs would collide")
+                self.queued.append(job)
+                self.queued_at[job.name] = time.monotonic()
+                self._pending.append(job)
             self._start_what_fits()
 
     def set_limit(self, limit: int) -> None:

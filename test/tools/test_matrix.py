@@ -79,6 +79,15 @@ class SchedulerTest(ScratchTestCase):
         scheduler.wait()
         self.assertEqual(started, ["blocker", "never-timed", "long", "middle", "short"])
 
+    def test_jobs_ready_together_start_longest_first(self) -> None:
+        started: list[str] = []
+        expected = {"short": 10.0, "long": 300.0}
+        scheduler = Scheduler(lambda job: (started.append(job.name), Outcome(job, 0, 0))[1],
+                              limit=1, expected=lambda job: expected.get(job.name))
+        scheduler.queue_all([fake_job("short"), fake_job("long")])
+        scheduler.wait()
+        self.assertEqual(started, ["long", "short"])
+
     def test_raising_the_limit_starts_the_pending_jobs(self) -> None:
         release = threading.Event()
         scheduler = Scheduler(lambda job: (release.wait(5), Outcome(job, 0, 0))[1], limit=1)

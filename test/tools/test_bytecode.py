@@ -2,14 +2,20 @@
 write again in the invalidation mode its .pyc had, so that a new process
 runs the new source even with unchecked-hash .pyc files (reproducible
 images: `python -m compileall --invalidation-mode unchecked-hash`), and
---status says when a .pyc would make Python run other code than the file."""
+--status says when a .pyc would make Python run other code than the file.
+Bytecode is a file like any other: a __pycache__ that is a link or not a
+directory is refused before anything is written, and a .pyc is read only as
+a regular file (a planted FIFO or link to a device neither hangs nor grows)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import unittest
+from pathlib import Path
 
-from fake_install import FakeInstall, InstallTestCase
+from fake_install import APPLY, FakeInstall, InstallTestCase
 
 CONFIG = "torch/_inductor/config.py"
 # What the import system runs for a file: its .pyc where the .pyc's
@@ -74,6 +80,78 @@ class BytecodeTest(InstallTestCase):
         self.assertIn("is an unchecked-hash .pyc of other source: Python runs it, not "
                       f"{CONFIG}", output)
 
+
+
+PYC_NAME = f"config.{sys.implementation.cache_tag}.pyc"
+
+
+class PlantedBytecodeTest(InstallTestCase):
+    """What another user who owns the install may plant in __pycache__."""
+
+    def pycache(self, install: FakeInstall) -> Path:
+        return install.path(CONFIG).parent / "__pycache__"
+
+    def test_a_linked_pycache_is_refused_and_its_target_untouched(self) -> None:
+        install = self.install()
+        elsewhere = self.tmp / "root-owned-bytecode"
+        elsewhere.mkdir()
+        (elsewhere / PYC_NAME).write_bytes(b"root's bytecode")
+        (elsewhere / "config.cpython-310.pyc").write_bytes(b"another interpreter's")
+        pycache = self.pycache(install)
+        if pycache.exists():
+            for entry in pycache.iterdir():
+                entry.unlink()
+            pycache.rmdir()
+        pycache.symlink_to(elsewhere)
+        before = install.snapshot()
+        code, output = install.run()
+        self.assertEqual(code, 1, output)
+        self.assertIn("__pycache__ is a symbolic link where this project expects a directory",
+                      output)
+        self.assertEqual(install.snapshot(), before)
+        self.assertEqual(sorted(path.name for path in elsewhere.iterdir()),
+                         sorted(["config.cpython-310.pyc", PYC_NAME]))
+        self.assertEqual((elsewhere / PYC_NAME).read_bytes(), b"root's bytecode")
+
+    def test_a_pycache_that_is_not_a_directory_is_refused(self) -> None:
+        install = self.install()
+        pycache = self.pycache(install)
+        if pycache.exists():
+            for entry in pycache.iterdir():
+                entry.unlink()
+            pycache.rmdir()
+        pycache.write_bytes(b"not a directory")
+        before = install.snapshot()
+        code, output = install.run()
+        self.assertEqual(code, 1, output)
+        self.assertIn("__pycache__ is not a directory", output)
+        self.assertEqual(install.snapshot(), before)
+
+    def apply_over_a_planted_pyc(self, plant: str) -> None:
+        """--status, apply, --status and --revert with `plant` at config's
+        .pyc: each ends (a hang is subprocess.TimeoutExpired, well before
+        the suite's own deadline), says no traceback, and the revert holds."""
+        install = self.install()
+        pyc = self.pycache(install) / PYC_NAME
+        pyc.parent.mkdir(exist_ok=True)
+        if pyc.exists() or pyc.is_symlink():
+            pyc.unlink()
+        if plant == "fifo":
+            os.mkfifo(pyc)
+        else:
+            pyc.symlink_to(plant)
+        for args in (("--status",), (), ("--status",), ("--revert",)):
+            result = subprocess.run([str(APPLY), "--python", str(install.python), *args],
+                                    capture_output=True, text=True, timeout=60)
+            self.assertIn(result.returncode, (0, 1), result.stderr)
+            self.assertNotIn("Traceback", result.stdout + result.stderr)
+        self.assertFalse(runs_the_feature(install))
+
+    def test_a_fifo_at_the_pyc_does_not_hang_status_apply_or_revert(self) -> None:
+        self.apply_over_a_planted_pyc("fifo")
+
+    def test_a_link_to_dev_zero_at_the_pyc_is_not_read(self) -> None:
+        self.apply_over_a_planted_pyc("/dev/zero")
 
 if __name__ == "__main__":
     unittest.main()

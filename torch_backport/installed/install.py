@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import py_compile
+import stat
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from torch_backport.infra import record
 from torch_backport.infra.fsio import own_like, fault_point
@@ -94,19 +96,68 @@ class Install:
                 and record.digest(path.read_bytes()) == self.record.get(rel))
 
 
+PYCACHE = "__pycache__"
+PYC_HEADER = 16  # PEP 552: magic, flags, then a source hash or mtime and size
+
+
+def pycache_of(source: Path) -> Path:
+    return source.parent / PYCACHE
+
+
+def pycache_is_a_directory(source: Path) -> bool:
+    """Whether `source`'s __pycache__ is a real directory (not a link to one,
+    not a file, FIFO or device): the only kind bytecode is read from or
+    written into."""
+    try:
+        return stat.S_ISDIR(pycache_of(source).lstat().st_mode)
+    except OSError:
+        return False
+
+
+def bytecode_of(source: Path) -> List[Path]:
+    """The .pyc entries of `source` in its __pycache__, of any interpreter
+    and any file type (a planted FIFO or link too), never followed; none
+    where __pycache__ is not a real directory."""
+    if not pycache_is_a_directory(source):
+        return []
+    prefix = f"{source.stem}."
+    with os.scandir(pycache_of(source)) as entries:
+        return sorted(Path(entry.path) for entry in entries
+                      if entry.name.startswith(prefix) and entry.name.endswith(".pyc"))
+
+
+def read_pyc_header(pyc: Path) -> Optional[bytes]:
+    """The first 16 bytes of `pyc` where it is a regular file, the file
+    itself (O_NOFOLLOW) and opened without blocking (a FIFO), else None."""
+    try:
+        handle = os.open(pyc, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            return None
+        return os.read(handle, PYC_HEADER)
+    finally:
+        os.close(handle)
+
+
 def refresh_bytecode(install: Install, rel: str) -> None:
     """After `rel`'s source changed: the .pyc this interpreter loads is
     compiled again in the invalidation mode it had (an unchecked-hash .pyc
     would otherwise keep running the old code, as in reproducible images),
-    and other interpreters' .pyc of it are removed. Never raises: a .pyc it
-    cannot write is removed, one it cannot remove --status reports."""
+    and other interpreters' .pyc of it are removed. Bytecode is read from
+    and written into a __pycache__ that is a real directory only (a link
+    there was refused before anything was written, refuse_links); an entry
+    that is not a regular file is removed, never read or followed. Never
+    raises: a .pyc it cannot write is removed, one it cannot remove
+    --status reports."""
     source = install.path(rel)
     mine = Path(importlib.util.cache_from_source(str(source)))
-    for pyc in sorted(source.parent.glob(f"__pycache__/{source.stem}.*.pyc")):
+    for pyc in bytecode_of(source):
         mode = invalidation_mode(pyc) if pyc == mine else None
         try:
             fault_point(pyc)
-            if mode is None:
+            if mode is None or not pycache_is_a_directory(source):
                 pyc.unlink()
             else:
                 py_compile.compile(str(source), cfile=str(pyc), doraise=True,
@@ -121,12 +172,9 @@ def refresh_bytecode(install: Install, rel: str) -> None:
 
 def invalidation_mode(pyc: Path) -> Optional[py_compile.PycInvalidationMode]:
     """How Python checks `pyc` against its source (PEP 552); None if it is
-    not this interpreter's."""
-    try:
-        header = pyc.read_bytes()[:16]
-    except OSError:
-        return None
-    if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+    not this interpreter's, or not a regular file."""
+    header = read_pyc_header(pyc)
+    if header is None or len(header) < PYC_HEADER or header[:4] != importlib.util.MAGIC_NUMBER:
         return None
     flags = int.from_bytes(header[4:8], "little")
     if not flags & 1:
@@ -141,10 +189,13 @@ def stale_bytecode(install: Install, rel: str) -> Optional[str]:
     .pyc of other source; None if it runs the file."""
     source = install.path(rel)
     pyc = Path(importlib.util.cache_from_source(str(source)))
+    if not pycache_is_a_directory(source):
+        return None
     if invalidation_mode(pyc) != py_compile.PycInvalidationMode.UNCHECKED_HASH:
         return None
-    if not source.is_file() or pyc.read_bytes()[8:16] == importlib.util.source_hash(
-            source.read_bytes()):
+    header = read_pyc_header(pyc)
+    if header is None or not source.is_file() or source.is_symlink() or (
+            header[8:16] == importlib.util.source_hash(source.read_bytes())):
         return None
     return (f"{pyc.relative_to(install.site)} is an unchecked-hash .pyc of other source: "
             f"Python runs it, not {rel}")

@@ -36,6 +36,7 @@ from torch_backport.infra.fsio import (atomic_write, free_kb, leftover_temps, li
                                  write_temp)
 from torch_backport.patchset.identify import topic_files
 from torch_backport.installed.install import (APPLIED, BACKUPS, Install, MANIFEST,
+                                              pycache_is_a_directory, pycache_of,
                                               read_manifest, refresh_bytecode)
 from torch_backport.installed.records import Manifest
 from torch_backport.installed.state import reinstall_command, State, Status
@@ -47,12 +48,18 @@ from torch_backport.installed.status import inspect
 
 def refuse_links(install: Install, paths: List[str]) -> None:
     """Before anything is written: no state, staging or trash directory, no
-    file to patch and no directory on the way to one may be a symbolic link
-    (another user may have planted it where root will write)."""
+    file to patch, no directory on the way to one and no __pycache__ beside
+    one may be a symbolic link (another user may have planted it where root
+    will write), and a __pycache__ must be a directory."""
     for directory in (install.state_dir, install.leftover("staging"), install.leftover("trash")):
         refuse_link(directory, "directory")
     for rel in paths:
         refuse_links_below(install.site, install.path(rel))
+        pycache = pycache_of(install.path(rel))
+        refuse_link(pycache, "directory")
+        if pycache.exists() and not pycache_is_a_directory(install.path(rel)):
+            raise Refused(f"{pycache} is not a directory (the bytecode of {rel} goes there); "
+                          "refused, nothing was written. Remove it")
 
 
 def remove_partial_writes(install: Install, paths: List[str]) -> None:

@@ -33,7 +33,6 @@ import kept_kernels
 # .cpp`, `.so`, the wrapper's `.py`), the precompiled headers and the lock
 # files. Anything else (the `fxgraph` and `aotautograd` caches, and whatever a
 # later release adds) goes.
-KERNEL_DIRECTORY = kept_kernels.KERNEL_DIRECTORY
 KEPT = {"locks", kept_kernels.PRECOMPILED_HEADERS}
 CACHE_DIR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 # Only a directory made here is ever emptied: a test run without conftest.py
@@ -53,7 +52,7 @@ def make_process_cache_dir() -> Path:
 
 def empty_but_kernels(root: Path) -> None:
     for entry in root.iterdir():
-        if entry.name in KEPT or (entry.is_dir() and KERNEL_DIRECTORY.fullmatch(entry.name)):
+        if entry.name in KEPT or (entry.is_dir() and kept_kernels.is_kernel_directory(entry.name)):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)

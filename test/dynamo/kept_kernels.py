@@ -18,6 +18,11 @@ torch files (the installed RECORD, which hashes every file the wheel wrote,
 and the content of torch/_inductor and torch/_functorch, which a series
 changes). Another key finds an empty store and compiles afresh; the store
 keeps the current key only.
+
+A kernel is a shared library Inductor loads and runs, so a store is used
+only where each of its directories is this user's and no one else may write
+to it (made 0700 here); another one is ignored with a warning, as pip
+ignores a cache directory it does not own, and everything compiles afresh.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -125,9 +131,40 @@ def kept_entries(directory: Path) -> Iterable[Path]:
             yield entry
 
 
+def is_trusted_directory(path: Path) -> bool:
+    """A directory, not a link, that this user owns and no one else may write to."""
+    try:
+        found = path.lstat()
+    except OSError:
+        return False
+    return (stat.S_ISDIR(found.st_mode) and found.st_uid == os.geteuid()
+            and not found.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def untrusted_directory(store: Path) -> Path | None:
+    """The first directory of the store (its venv's folder and down) that is
+    not a trusted one; None if every one is."""
+    for directory in (store.parent, store):
+        if directory.exists() and not is_trusted_directory(directory):
+            return directory
+    for walked, _, _ in os.walk(store) if store.is_dir() else ():
+        if not is_trusted_directory(Path(walked)):
+            return Path(walked)
+    return None
+
+
+def refused(store: Path) -> bool:
+    """Whether the store may not be used; says why on stderr."""
+    found = untrusted_directory(store)
+    if found is not None:
+        print(f"kept kernels: {found} is not a directory of this user's that only it may "
+              "write to; ignored, every kernel compiles afresh", file=sys.stderr)
+    return found is not None
+
+
 def seed(live: Path, store: Path) -> int:
     """Copy what the store holds into the live directory; how many files."""
-    if not store.is_dir():
+    if not store.is_dir() or refused(store):
         return 0
     copied = 0
     for directory in kept_entries(store):
@@ -143,7 +180,12 @@ def seed(live: Path, store: Path) -> int:
 def publish(live: Path, store: Path) -> int:
     """Add to the store each kept file of the live directory that it lacks
     (lock files aside); other keys' stores beside it go. How many files."""
-    store.mkdir(parents=True, exist_ok=True)
+    if refused(store):
+        return 0
+    for directory in (store.parent, store):
+        if not directory.exists():
+            directory.mkdir(mode=0o700, parents=True)
+            directory.chmod(0o700)  # whatever the umask
     for other in store.parent.iterdir():
         if other != store and other.is_dir():
             shutil.rmtree(other, ignore_errors=True)
@@ -156,7 +198,7 @@ def publish(live: Path, store: Path) -> int:
             target = store / source.relative_to(live)
             if target.exists():
                 continue
-            target.parent.mkdir(parents=True, exist_ok=True)
+            target.parent.mkdir(mode=0o700, exist_ok=True)
             handle, partial = tempfile.mkstemp(prefix=PUBLISHING, dir=target.parent)
             os.close(handle)
             try:

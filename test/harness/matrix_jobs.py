@@ -304,9 +304,10 @@ class PatchedWheel:
     def start(self, builds: Dict[str, Build]) -> None:
         self.thread = threading.Thread(target=self._build, args=(dict(builds),),
                                        name="patched-wheel", daemon=True)
-        self.thread.start()
-        if not self.setup.background:
-            self.join()
+        if self.setup.background:
+            self.thread.start()
+        else:
+            self._build(dict(builds))
 
     def _build(self, builds: Dict[str, Build]) -> None:
         try:
@@ -319,7 +320,7 @@ class PatchedWheel:
         return self.thread is not None
 
     def join(self) -> None:
-        if self.thread is not None:
+        if self.thread is not None and self.thread.is_alive():
             self.thread.join()
         if self.failure is not None:
             raise self.failure

@@ -37,13 +37,12 @@ SETUP_FIRST_NICENESS = 10
 class Outcome:
     """How a job ended: pytest's exit status (None: it could not start), its
     wall time, the CPU time of its process tree (user and system, of every
-    process it waited for) and when it was queued and started (monotonic)."""
+    process it waited for) and when it was queued (monotonic)."""
     job: Job
     exit_code: Optional[int]
     seconds: float
     cpu_seconds: float = 0.0
     queued_at: float = 0.0
-    started_at: float = 0.0
 
 
 NEVER_TIMED = float("inf")
@@ -118,8 +117,7 @@ class Scheduler:
             print(f"   {job.name}: could not run ({type(problem).__name__}: {problem})",
                   file=sys.stderr)
             outcome = Outcome(job, None, time.monotonic() - begun)
-        outcome = dataclasses.replace(outcome, queued_at=self.queued_at[job.name],
-                                      started_at=begun)
+        outcome = dataclasses.replace(outcome, queued_at=self.queued_at[job.name])
         with self._changed:
             self.outcomes[job.name] = outcome
             self._running -= 1

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from fake_install import REPO, ScratchTestCase
 
 sys.path.insert(0, str(REPO / "test" / "dynamo"))
-from kept_kernels import KeyInputs, STORE_VARIABLE  # noqa: E402
+from kept_kernels import KeyInputs, publish, seed, STORE_VARIABLE  # noqa: E402
 
 CHILD = """
 import json, shutil
@@ -83,3 +85,40 @@ class KeyTest(ScratchTestCase):
                    for name, value in vars(inputs).items()]
         keys = {inputs.key(), *(other.key() for other in changed)}
         self.assertEqual(len(keys), 1 + len(changed))
+
+
+class StoreTrustTest(ScratchTestCase):
+    """A kernel is code Inductor loads: a store that others may write to is
+    not read from (nor written to)."""
+
+    def published_store(self) -> tuple[Path, Path]:
+        live = self.tmp / "live"
+        (live / "ab").mkdir(parents=True)
+        (live / "ab" / "cab.so").write_bytes(b"kernel")
+        store = self.tmp / "kernels" / "torch-x" / "key"
+        self.assertEqual(publish(live, store), 1)
+        return live, store
+
+    def test_a_store_made_here_is_this_users_alone_and_seeds(self) -> None:
+        _, store = self.published_store()
+        for directory in (store.parent, store, store / "ab"):
+            self.assertEqual(directory.stat().st_mode & 0o777, 0o700, directory)
+        fresh = self.tmp / "fresh"
+        fresh.mkdir()
+        self.assertEqual(seed(fresh, store), 1)
+        self.assertEqual((fresh / "ab" / "cab.so").read_bytes(), b"kernel")
+
+    def test_a_store_others_may_write_to_is_ignored(self) -> None:
+        for directory in ("parent", "key", "kernel directory"):
+            with self.subTest(directory):
+                live, store = self.published_store()
+                loose = {"parent": store.parent, "key": store,
+                         "kernel directory": store / "ab"}[directory]
+                loose.chmod(0o777)
+                fresh = self.tmp / "fresh"
+                fresh.mkdir()
+                self.assertEqual(seed(fresh, store), 0)
+                self.assertEqual(list(fresh.iterdir()), [])
+                self.assertEqual(publish(live, store), 0)
+                for made in (live, fresh, self.tmp / "kernels"):
+                    shutil.rmtree(made)

@@ -173,7 +173,10 @@ def refresh_bytecode(install: Install, rel: str) -> None:
 def invalidation_mode(pyc: Path) -> Optional[py_compile.PycInvalidationMode]:
     """How Python checks `pyc` against its source (PEP 552); None if it is
     not this interpreter's, or not a regular file."""
-    header = read_pyc_header(pyc)
+    return mode_of(read_pyc_header(pyc))
+
+
+def mode_of(header: Optional[bytes]) -> Optional[py_compile.PycInvalidationMode]:
     if header is None or len(header) < PYC_HEADER or header[:4] != importlib.util.MAGIC_NUMBER:
         return None
     flags = int.from_bytes(header[4:8], "little")
@@ -189,12 +192,10 @@ def stale_bytecode(install: Install, rel: str) -> Optional[str]:
     .pyc of other source; None if it runs the file."""
     source = install.path(rel)
     pyc = Path(importlib.util.cache_from_source(str(source)))
-    if not pycache_is_a_directory(source):
+    header = read_pyc_header(pyc) if pycache_is_a_directory(source) else None
+    if header is None or mode_of(header) != py_compile.PycInvalidationMode.UNCHECKED_HASH:
         return None
-    if invalidation_mode(pyc) != py_compile.PycInvalidationMode.UNCHECKED_HASH:
-        return None
-    header = read_pyc_header(pyc)
-    if header is None or not source.is_file() or source.is_symlink() or (
+    if not source.is_file() or source.is_symlink() or (
             header[8:16] == importlib.util.source_hash(source.read_bytes())):
         return None
     return (f"{pyc.relative_to(install.site)} is an unchecked-hash .pyc of other source: "

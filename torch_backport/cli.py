@@ -30,7 +30,7 @@ from torch_backport.engine import carry_out, has_pypa, in_target, pypa_python
 from torch_backport.infra.errors import BackportError, Failed, report, UsageError
 from torch_backport.infra.order import Order, Task
 from torch_backport.infra.paths import PACKAGE, REPO
-from torch_backport.infra.fsio import cache_dir
+from torch_backport.infra.fsio import cache_dir, refuse_untrusted_cache
 from torch_backport import options
 from torch_backport.help_text import apply_help, BACKPORT_HELP
 
@@ -213,11 +213,13 @@ def refuse_release_older_than_every_base(named: str) -> None:
 
 
 def checked_cache_dir() -> Path:
-    """cache_dir(), or Failed if it names something that is not a directory."""
+    """cache_dir(); Failed if it names something that is not a directory,
+    Refused if another user could have put what it holds there."""
     cache = cache_dir()
     if cache.exists() and not cache.is_dir():
         raise Failed(f"PREGRAD_CACHE={cache} is not a directory (it holds the downloaded "
                      "wheels); nothing was written")
+    refuse_untrusted_cache(cache)
     return cache
 
 
@@ -253,26 +255,26 @@ def execute(request: Request, invoked_as: str = "scripts/apply.sh") -> int:
             if Path(request.lock).is_dir():
                 raise Failed(f"--lock {request.lock} is a directory; name the file to write; "
                              "nothing was read or written")
-        checked_cache_dir()
+        cache = checked_cache_dir()
     if request.command == "wheel":
         order = Order(Task.BUILD_WHEEL, invoked_as, source=request.wheel, out=request.out,
                       platforms=tuple(request.platforms),
                       pythons=tuple(request.python_versions),
-                      all_platforms=request.all_platforms, cache=str(cache_dir()),
+                      all_platforms=request.all_platforms, cache=str(cache),
                       topics=tuple(request.topics), check=request.check, lock=request.lock)
         if has_pypa():
             return carry_out(order)
-        return in_target(pypa_python(cache_dir()), order)
+        return in_target(pypa_python(cache), order)
     if request.command == "overlay":
         out = Path(request.out) if request.out else REPO / "overlay"
         order = Order(Task.OVERLAY, invoked_as, base=request.overlay_base, out=str(out),
-                      cache=str(cache_dir()), topics=tuple(request.topics))
+                      cache=str(cache), topics=tuple(request.topics))
         if request.python is not None:
             require_python(request.python)
             return in_target(request.python, dataclasses.replace(order, from_install=True))
         if has_pypa():
             return carry_out(order)
-        return in_target(pypa_python(cache_dir()), order)
+        return in_target(pypa_python(cache), order)
     if request.checkout is not None:
         if not os.path.exists(request.checkout):
             raise Failed(f"{request.checkout} does not exist")

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from torch_backport.infra.errors import Failed
-from torch_backport.infra.fsio import atomic_write, locked
+from torch_backport.infra.fsio import atomic_write, locked, make_dirs, trusted_cache
 from torch_backport.infra.order import Order, Task
 
 LAUNCH = Path(__file__).resolve().parent / "_launch.py"
@@ -34,13 +34,16 @@ def has_pypa() -> bool:
 
 def pypa_python(cache: Path) -> str:
     """A venv in the cache with PyPA's wheel and packaging, made once (one
-    run at a time: two test jobs may ask at once)."""
+    run at a time: two test jobs may ask at once). Only a cache no other
+    user can write to is used (trusted_cache), checked again under the lock
+    just before its python runs."""
     tools = cache / "tools"
     venv = tools / "pypa"
     python = venv / "bin" / "python"
     ready = venv / ".pregrad-ready"
-    tools.mkdir(parents=True, exist_ok=True)
+    make_dirs(tools, trusted_cache(cache), 0o700)
     with locked(tools):
+        trusted_cache(cache)
         if ready.is_file() and ready.read_text() == " ".join(PYPA):
             return str(python)
         print(f"installing PyPA's {' and '.join(PYPA)} into {venv} (once) ...",

@@ -33,6 +33,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from torch_backport.download import pip_config, transport
 from torch_backport.infra import record
 from torch_backport.infra.errors import Refused
+from torch_backport.infra.fsio import make_dirs, trusted_cache
 from torch_backport.download.pip_config import pip_environment, shown_url
 from torch_backport.download.ranged import NoRanges, RangedFile
 
@@ -149,7 +150,7 @@ def release_wheel(version: str, target: Target, cache: Path,
     if found is not None:
         return found
     folder = cache / "wheels" / target.folder
-    folder.mkdir(parents=True, exist_ok=True)
+    make_dirs(folder, trusted_cache(cache), 0o700)
     print(f"{target}: downloading the torch {version} wheel into {folder} (530-900 MB"
           f"{'' if quiet else '; pip prints its size, then its progress'}) ...",
           file=sys.stderr, flush=True)

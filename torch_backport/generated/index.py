@@ -2,9 +2,11 @@
 wheel's core metadata beside it (PEP 658, spelled both ways as PEP 714 asks).
 
 For every `torch-*.whl` in DIR the fleet writes `<wheel>.metadata`, the bytes
-of the wheel's own `*.dist-info/METADATA` (read through PyPA's WheelFile,
-which checks them against the wheel's RECORD), and one link in
-`simple/torch/index.html`:
+of the wheel's own `*.dist-info/METADATA` (checked against the wheel's
+RECORD, read through importlib.metadata as record.py reads every RECORD),
+and one link in `simple/torch/index.html`. Only regular files are read or
+published: a link, FIFO or device named like a wheel, or a `.metadata` that
+is not a file, is refused by name before anything is written.
 
     <a href="../../torch-2.11.0%2Bpregrad.g…-cp311-cp311-win_amd64.whl#sha256=…"
        data-requires-python="&gt;=3.10" data-core-metadata="sha256=…"
@@ -22,10 +24,12 @@ standard library's `html.escape` and `urllib.parse.quote` write it.
 
 from __future__ import annotations
 
-import dataclasses
 import csv
+import dataclasses
+import hashlib
 import html
 import re
+import stat
 import zipfile
 import zlib
 from pathlib import Path
@@ -36,26 +40,28 @@ from packaging.metadata import parse_email
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name, InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
-from wheel.wheelfile import WheelError, WheelFile
 
 from torch_backport.infra.errors import Refused
-from torch_backport.infra.fsio import atomic_write, refuse_link, refuse_links_below
-from torch_backport.infra.record import (file_sha256, oversized_record, refuse_unsafe_names,
-                                   sha256_hex)
+from torch_backport.infra.fsio import (atomic_write, kind_of, open_regular, read_regular,
+                                       refuse_link, refuse_links_below)
+from torch_backport.infra.record import (CHUNK, digest, dist_info_of, of_wheel,
+                                         oversized_record, refuse_unsafe_names, sha256_hex)
 
 PROJECT = "torch"
 WHEELS = f"{PROJECT}-*.whl"
 SUFFIX = ".metadata"  # PEP 658: the distribution's URL with this appended
 METADATA_CAP = 4 * 1024 * 1024  # torch's is about 30 KB
+WHEEL_CAP = 16 * 1024 * 1024 * 1024  # torch's CUDA wheels are about 1 GB
 # PEP 425: a platform tag is sysconfig's platform with "-" and "." made "_".
 PLATFORM_RE = re.compile(r"[A-Za-z0-9_]+")
 
 
 @dataclasses.dataclass(frozen=True)
 class Listed:
-    """A wheel of the index: its file, its METADATA bytes, and the
-    Requires-Python they carry (None: none)."""
+    """A wheel of the index: its file, its sha256, its METADATA bytes, and
+    the Requires-Python they carry (None: none)."""
     wheel: Path
+    sha256: str
     metadata: bytes
     requires_python: Optional[str]
 
@@ -67,22 +73,32 @@ def unreadable(wheel: Path, why: object) -> Refused:
 
 def read_listed(wheel: Path) -> Listed:
     """`wheel`'s METADATA, checked against its RECORD and its file name; or
-    Refused."""
+    Refused. The wheel is read from one descriptor of a regular file that is
+    not a link (open_regular), so a FIFO, a device or a link named like a
+    wheel is refused by name, and the sha256 the page gives is of the same
+    bytes."""
     try:
         _, version, _, wheel_tags = parse_wheel_filename(wheel.name)
-        with zipfile.ZipFile(wheel) as plain:  # WheelFile inflates RECORD as it opens
-            oversized = oversized_record(plain)
-        if oversized is not None:
-            raise unreadable(wheel, f"its RECORD claims {oversized.file_size} bytes")
-        with WheelFile(str(wheel)) as opened:
-            refuse_unsafe_names(opened.namelist(), str(wheel))
-            name = f"{opened.dist_info_path}/METADATA"
-            size = opened.getinfo(name).file_size
-            if size > METADATA_CAP:
-                raise unreadable(wheel, f"its METADATA is {size} bytes, over the "
-                                        f"{METADATA_CAP} this index takes")
-            data: bytes = opened.read(name)
-    except (InvalidWheelFilename, WheelError, zipfile.BadZipFile, KeyError, OSError, ValueError,
+        with open_regular(wheel, WHEEL_CAP) as stream:
+            with zipfile.ZipFile(stream) as opened:
+                oversized = oversized_record(opened)
+                if oversized is not None:
+                    raise unreadable(wheel, f"its RECORD claims {oversized.file_size} bytes")
+                names = opened.namelist()
+                refuse_unsafe_names(names, str(wheel))
+                name = dist_info_of(names, PROJECT) + "METADATA"
+                size = opened.getinfo(name).file_size
+                if size > METADATA_CAP:
+                    raise unreadable(wheel, f"its METADATA is {size} bytes, over the "
+                                            f"{METADATA_CAP} this index takes")
+                data: bytes = opened.read(name)
+                if digest(data) != of_wheel(opened, PROJECT).get(name):
+                    raise unreadable(wheel, f"{name} does not match the wheel's RECORD")
+            stream.seek(0)
+            sha256 = hashlib.sha256()
+            for chunk in iter(lambda: stream.read(CHUNK), b""):
+                sha256.update(chunk)
+    except (InvalidWheelFilename, zipfile.BadZipFile, KeyError, OSError, ValueError,
             csv.Error, zlib.error, NotImplementedError, EOFError) as problem:
         raise unreadable(wheel, problem) from None
     odd = sorted(tag.platform for tag in wheel_tags if not PLATFORM_RE.fullmatch(tag.platform))
@@ -105,7 +121,7 @@ def read_listed(wheel: Path) -> Listed:
         except InvalidSpecifier:
             raise unreadable(wheel, f"its Requires-Python {requires!r} is not a PEP 440 "
                                     "specifier") from None
-    return Listed(wheel, data, requires)
+    return Listed(wheel, sha256.hexdigest(), data, requires)
 
 
 def read_all(out: Path) -> List[Listed]:
@@ -120,7 +136,7 @@ def link(listed: Listed) -> str:
     core = f"sha256={sha256_hex(listed.metadata)}"
     requires = ("" if listed.requires_python is None else
                 f' data-requires-python="{html.escape(listed.requires_python, quote=True)}"')
-    return (f'    <a href="../../{quote(name)}#sha256={file_sha256(listed.wheel)}"'
+    return (f'    <a href="../../{quote(name)}#sha256={listed.sha256}"'
             f'{requires} data-core-metadata="{core}" data-dist-info-metadata="{core}">'
             f"{html.escape(name)}</a><br/>")
 
@@ -137,7 +153,7 @@ def write_metadata(out: Path, listed: List[Listed]) -> None:
     so a bucket sync uploads nothing new), and none for a wheel that is gone."""
     for item in listed:
         target = item.wheel.with_name(item.wheel.name + SUFFIX)
-        if not target.is_file() or target.read_bytes() != item.metadata:
+        if not target.exists() or read_regular(target, METADATA_CAP) != item.metadata:
             atomic_write(target, item.metadata, 0o644)
     kept = {item.wheel.name + SUFFIX for item in listed}
     for stale in out.glob(WHEELS + SUFFIX):
@@ -146,11 +162,17 @@ def write_metadata(out: Path, listed: List[Listed]) -> None:
 
 
 def refuse_planted_links(out: Path, listed: List[Listed]) -> None:
-    """Every name the index writes, and the directories on the way, may not
-    be a symbolic link: refused before anything is written."""
+    """Every name the index writes or removes, and the directories on the
+    way, may not be a symbolic link, and a `.metadata` must be a regular
+    file: refused before anything is written."""
     refuse_link(out, "directory")
     for item in listed:
         refuse_link(item.wheel.with_name(item.wheel.name + SUFFIX))
+    for metadata in out.glob(WHEELS + SUFFIX):
+        found = metadata.lstat()
+        if not stat.S_ISREG(found.st_mode):
+            raise Refused(f"{metadata} is a {kind_of(found.st_mode)} where the index keeps a "
+                          "wheel's metadata file; refused, nothing was written. Remove it")
     for rel in ("simple", f"simple/{PROJECT}", f"simple/{PROJECT}/index.html",
                 "simple/index.html"):
         refuse_links_below(out, out / rel)

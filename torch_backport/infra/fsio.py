@@ -25,12 +25,15 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import BinaryIO, Iterator, List, Optional, Tuple
 
 from torch_backport.infra.errors import Refused
 
 
 CACHE_ENV = "PREGRAD_CACHE"
+# The largest file read whole from an install, a state directory or an index
+# directory: torch's largest source a series touches is about 100 KB.
+FILE_CAP = 64 * 1024 * 1024
 # Every temporary file is `.<target name>.<random>.pregrad-tmp` beside its
 # target, made exclusively: a name planted in advance is never written through.
 TEMP_SUFFIX = ".pregrad-tmp"
@@ -99,6 +102,77 @@ def refuse_links_below(root: Path, path: Path) -> None:
         at = at / part
         refuse_link(at, "file" if index == len(relative.parts) - 1 and not at.is_dir()
                     else "directory")
+
+
+class NotARegularFile(Refused):
+    """A FIFO, device, socket or directory where a file is to be read."""
+
+
+def kind_of(mode: int) -> str:
+    """What an lstat mode is, in the words of a message."""
+    for test, kind in ((stat.S_ISLNK, "symbolic link"), (stat.S_ISDIR, "directory"),
+                       (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return kind
+    return "regular file" if stat.S_ISREG(mode) else "special file"
+
+
+@contextlib.contextmanager
+def open_regular(path: Path, cap: int = FILE_CAP) -> Iterator[BinaryIO]:
+    """`path` opened for reading where it is a regular file itself, at most
+    `cap` bytes: never through a link (O_NOFOLLOW), never blocking on a FIFO
+    (O_NONBLOCK), its type and size checked on the open file (fstat), so a
+    name swapped after a check cannot hand over something else."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as problem:
+        if problem.errno == errno.ELOOP:
+            refuse_link(path)
+        raise
+    stream = os.fdopen(handle, "rb")
+    with stream:
+        found = os.fstat(handle)
+        if not stat.S_ISREG(found.st_mode):
+            raise NotARegularFile(f"{path} is a {kind_of(found.st_mode)} where this project "
+                                  "reads a file; refused, nothing was written. Remove it")
+        if found.st_size > cap:
+            raise Refused(f"{path} is {found.st_size} bytes, more than the {cap} this project "
+                          "reads of such a file; refused, nothing was written")
+        yield stream
+
+
+def read_regular(path: Path, cap: int = FILE_CAP) -> bytes:
+    """The bytes of `path` (see open_regular), read up to `cap`: a file that
+    grows while it is read is cut there and refused."""
+    with open_regular(path, cap) as stream:
+        data = stream.read(cap + 1)
+    if len(data) > cap:
+        raise Refused(f"{path} grew past {cap} bytes while it was read; refused, nothing "
+                      "was written")
+    return data
+
+
+def make_dirs(path: Path, below: Path, mode: int) -> None:
+    """`path` and each missing directory from `below` (which exists) down to
+    it, each made with `mode` whatever the umask; a link or non-directory on
+    the way is refused."""
+    refuse_links_below(below, path)
+    at = below
+    for part in path.relative_to(below).parts:
+        at = at / part
+        try:
+            os.mkdir(at, mode)
+        except FileExistsError:
+            if not stat.S_ISDIR(at.lstat().st_mode):
+                raise Refused(f"{at} is a {kind_of(at.lstat().st_mode)} where this project "
+                              "makes a directory; refused. Remove it") from None
+            continue
+        handle = os.open(at, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(handle, mode)
+        finally:
+            os.close(handle)
 
 
 def is_our_temp(name: str, target_name: str) -> bool:
@@ -198,7 +272,7 @@ def link_temp(source: Path, target: Path, mode: int) -> Path:
         except FileExistsError:
             continue
         except OSError:  # another file system: a copy
-            return _new_temp(target, source.read_bytes(), mode, owner_to_give(source))
+            return _new_temp(target, read_regular(source), mode, owner_to_give(source))
         handle = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
         try:
             os.fchmod(handle, mode)
@@ -209,16 +283,16 @@ def link_temp(source: Path, target: Path, mode: int) -> Path:
 
 
 def link_or_copy(source: Path, destination: Path) -> None:
-    """`destination`, a new name in a directory of ours, for `source`'s file:
-    a hard link where it can be made, else a copy (created exclusively)."""
+    """`destination`, a new name in a directory of ours (made already), for
+    `source`'s file: a hard link where it can be made, else a copy (created
+    exclusively)."""
     fault_point(destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(source, destination, follow_symlinks=False)
     except FileExistsError:
         raise
     except OSError:
-        _write_exclusive(destination, source.read_bytes(), source.stat().st_mode & 0o7777)
+        _write_exclusive(destination, read_regular(source), source.stat().st_mode & 0o7777)
         own_like(destination, source)
 
 
@@ -253,3 +327,75 @@ def cache_dir() -> Path:
     if explicit:
         return Path(explicit)
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pregrad-backport"
+
+
+# The parts of the cache that hold what is executed or read as the caller:
+# PyPA's venv (tools/pypa) and the downloaded release wheels.
+CACHE_SUBTREES = ("tools", "wheels")
+
+
+def _open_to_others(found: os.stat_result) -> bool:
+    """Whether a user other than the owner may change what a directory
+    holds: group or other write, unless the sticky bit keeps each entry its
+    owner's (/tmp)."""
+    return bool(found.st_mode & (stat.S_IWGRP | stat.S_IWOTH)) and not (
+        found.st_mode & stat.S_ISVTX)
+
+
+def untrusted_cache_part(cache: Path) -> Optional[str]:
+    """Why another user could change what `cache` holds, naming where; None
+    if no one but the caller (and root, above it) can. As pip does with its
+    cache: the cache and what it holds must be the caller's, and no
+    directory above it may let another user swap it."""
+    me = os.geteuid()
+    chains = {cache.absolute(), cache.resolve()}
+    for chain in chains:
+        for above in reversed(chain.parents):
+            try:
+                found = above.lstat()
+            except FileNotFoundError:
+                break
+            if stat.S_ISLNK(found.st_mode):
+                continue  # its own directory is checked; resolve() gives the other chain
+            if found.st_uid not in (0, me) or _open_to_others(found):
+                return (f"{above}, a directory above it, is owned by uid {found.st_uid} with "
+                        f"mode {stat.filemode(found.st_mode)}")
+    if not cache.exists():
+        return None
+    walked = [cache.resolve()]
+    walked += [cache.resolve() / part for part in CACHE_SUBTREES]
+    for top in walked:
+        for directory, folders, files in os.walk(top) if top.is_dir() else ():
+            for name in [""] + folders + files:
+                entry = Path(directory) / name
+                found = entry.lstat()
+                if found.st_uid != me:
+                    return f"{entry} is owned by uid {found.st_uid}, not by uid {me}"
+                if stat.S_ISDIR(found.st_mode) and found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                    return f"{entry} is writable by others (mode {stat.filemode(found.st_mode)})"
+            if top == walked[0]:
+                break  # the cache's top level only; its subtrees are walked whole
+    return None
+
+
+def refuse_untrusted_cache(cache: Path) -> None:
+    """Refused if another user could have put what `cache` holds there
+    (untrusted_cache_part): a program or wheel from it would run or be read
+    as the caller."""
+    why = untrusted_cache_part(cache)
+    if why is not None:
+        raise Refused(f"the cache {cache} cannot be trusted: {why}. What it holds would run "
+                      f"or be read as uid {os.geteuid()}; refused, nothing was read from it "
+                      f"or written. Use a cache of your own ({CACHE_ENV}=DIR), or give this "
+                      "one to this user (chown -R, chmod go-w)")
+
+
+def trusted_cache(cache: Path) -> Path:
+    """`cache` (absolute), checked (refuse_untrusted_cache) and made if
+    missing: mode 0700 whatever the umask, as each missing directory above it."""
+    cache = cache.absolute()
+    refuse_untrusted_cache(cache)
+    if not cache.exists():
+        missing = [cache, *(above for above in cache.parents if not above.exists())]
+        make_dirs(cache, missing[-1].parent, 0o700)
+    return cache

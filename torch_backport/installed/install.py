@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from torch_backport.infra import record
-from torch_backport.infra.fsio import own_like, fault_point
+from torch_backport.infra.fsio import fault_point, kind_of, own_like, read_regular
 from torch_backport.infra.errors import Refused
 from torch_backport.infra.git import git_blob_id
 from torch_backport.installed.records import Built, BUILT_NAME, BuiltTopic, Manifest
@@ -58,6 +58,22 @@ class Install:
         """Where the wheel's bytes of `rel` are kept while it is patched."""
         return self.state_dir / BACKUPS / rel
 
+    def read_backup(self, rel: str) -> bytes:
+        """The backup of `rel`, from a state directory no third user could
+        have changed (refuse_untrusted_state)."""
+        refuse_untrusted_state(self)
+        return read_regular(self.backup(rel))
+
+    @property
+    def state_mode(self) -> int:
+        """The mode of the state, staging and backup directories, whatever the
+        umask: the install's own, never more open than 0755."""
+        return (self.site.stat().st_mode & 0o755) | 0o700
+
+    def trusted_owners(self) -> tuple[int, int]:
+        """Who may own what the state directory holds: root and the install's owner."""
+        return 0, self.site.stat().st_uid
+
     def leftover(self, kind: str) -> Path:
         """A staging or trash dir that only a killed run leaves behind."""
         return self.state_dir.with_name(f"{self.state_dir.name}.{kind}")
@@ -75,25 +91,26 @@ class Install:
 
     def has_feature(self) -> bool:
         path = self.path(self.topic.feature_file)
-        return path.is_file() and self.topic.has_feature(path.read_bytes())
+        return (path.is_file() and not path.is_symlink()
+                and self.topic.has_feature(read_regular(path)))
 
     def path(self, rel: str) -> Path:
         return self.site / rel
 
     def read(self, rel: str) -> bytes:
-        return self.path(rel).read_bytes()
+        return read_regular(self.path(rel))
 
     def blob(self, rel: str) -> Optional[str]:
         """The git blob id of an installed file; None if it is missing or a link."""
         path = self.path(rel)
         if path.is_symlink() or not path.is_file():
             return None
-        return git_blob_id(path.read_bytes())
+        return git_blob_id(read_regular(path))
 
     def matches_record(self, rel: str) -> bool:
         path = self.path(rel)
         return (not path.is_symlink() and path.is_file()
-                and record.digest(path.read_bytes()) == self.record.get(rel))
+                and record.digest(read_regular(path)) == self.record.get(rel))
 
 
 PYCACHE = "__pycache__"
@@ -196,7 +213,7 @@ def stale_bytecode(install: Install, rel: str) -> Optional[str]:
     if header is None or mode_of(header) != py_compile.PycInvalidationMode.UNCHECKED_HASH:
         return None
     if not source.is_file() or source.is_symlink() or (
-            header[8:16] == importlib.util.source_hash(source.read_bytes())):
+            header[8:16] == importlib.util.source_hash(read_regular(source))):
         return None
     return (f"{pyc.relative_to(install.site)} is an unchecked-hash .pyc of other source: "
             f"Python runs it, not {rel}")
@@ -225,6 +242,39 @@ def find_install(topic: Optional[Topic] = None) -> Install:
 
 def read_manifest(install: Install) -> Optional[Manifest]:
     path = install.manifest_path
-    if not path.is_file():
+    if not path.is_file() or path.is_symlink():
         return None
-    return Manifest.from_json(path.read_text())
+    return Manifest.from_json(read_regular(path).decode("utf-8", "replace"))
+
+
+def untrusted_state(install: Install) -> Optional[str]:
+    """What in the state directory a user other than root and the install's
+    owner owns, or could have swapped (a directory others may write to), or
+    is neither a directory nor a regular file; None if nothing is. A backup
+    is put back into the install by rename, so one that a third user could
+    have replaced must never be used. (A backup's bytes are checked against
+    RECORD besides.)"""
+    owners = install.trusted_owners()
+    if not install.state_dir.exists():
+        return None
+    for directory, folders, files in os.walk(install.state_dir):
+        for name in ["", *folders, *files]:
+            entry = Path(directory) / name
+            found = entry.lstat()
+            if not (stat.S_ISDIR(found.st_mode) or stat.S_ISREG(found.st_mode)):
+                return f"{entry} is a {kind_of(found.st_mode)}"
+            if found.st_uid not in owners:
+                return (f"{entry} is owned by uid {found.st_uid}, neither root nor the "
+                        f"install's owner (uid {owners[1]})")
+            if stat.S_ISDIR(found.st_mode) and found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                return (f"{entry} is a directory others may write to (mode "
+                        f"{stat.filemode(found.st_mode)})")
+    return None
+
+
+def refuse_untrusted_state(install: Install) -> None:
+    why = untrusted_state(install)
+    if why is not None:
+        raise Refused(f"the state directory {install.state_dir} cannot be trusted: {why}. "
+                      "Its backups are not used; refused, nothing was written. Reinstall "
+                      "torch to get the wheel's files back")

@@ -203,7 +203,7 @@ def plan_series(status: Status, plan: Plan) -> None:
     # from those before anything is written, so a failure changes nothing.
     backups = (status.manifest.pristine
                if status.state in (State.OUTDATED, State.PARTIAL) and status.manifest else {})
-    pristine = {rel: install.backup(rel).read_bytes() if rel in backups
+    pristine = {rel: install.read_backup(rel) if rel in backups
                 else install.read(rel) for rel in series.touched}
     patched = apply_series(pristine, series)
     if status.state is State.PARTIAL:

@@ -25,7 +25,7 @@ def file_kind(install: Install, rel: str, patched_digest: Optional[str],
         return FileKind.SYMLINK
     if not path.is_file():
         return FileKind.MISSING
-    data = path.read_bytes()
+    data = install.read(rel)
     if record.digest(data) == install.record.get(rel):
         return FileKind.PRISTINE
     if patched_digest is not None and record.digest(data) == patched_digest:

@@ -31,13 +31,14 @@ from typing import Dict, List
 from torch_backport.infra import record
 from torch_backport.patchset.driver import Say
 from torch_backport.infra.errors import Refused
-from torch_backport.infra.fsio import (atomic_write, free_kb, leftover_temps, link_or_copy, link_temp,
-                                 own_like, refuse_link, refuse_links_below, fault_point, write_new,
-                                 write_temp)
+from torch_backport.infra.fsio import (atomic_write, fault_point, free_kb, leftover_temps,
+                                       link_or_copy, link_temp, make_dirs, own_like, read_regular,
+                                       refuse_link, refuse_links_below, write_new, write_temp)
 from torch_backport.patchset.identify import topic_files
 from torch_backport.installed.install import (APPLIED, BACKUPS, Install, MANIFEST,
                                               pycache_is_a_directory, pycache_of,
-                                              read_manifest, refresh_bytecode)
+                                              read_manifest, refresh_bytecode,
+                                              refuse_untrusted_state)
 from torch_backport.installed.records import Manifest
 from torch_backport.installed.state import reinstall_command, State, Status
 from torch_backport.patchset.series import Series
@@ -101,13 +102,13 @@ def stage(install: Install, series: Series, pristine: Dict[str, bytes],
           patched: Dict[str, bytes], staging: Path) -> Dict[str, Path]:
     """The staging dir, made here and now (not one found), and each patched
     file's temporary copy: rel -> its path."""
-    os.mkdir(staging, 0o755)
+    make_dirs(staging, staging.parent, install.state_mode)
     for rel, data in pristine.items():
         source = install.path(rel)
-        if source.is_file() and source.read_bytes() == data:
+        make_dirs((staging / BACKUPS / rel).parent, staging, install.state_mode)
+        if source.is_file() and not source.is_symlink() and read_regular(source) == data:
             link_or_copy(source, staging / BACKUPS / rel)
         else:  # an earlier series' backup: the installed file is not the wheel's
-            (staging / BACKUPS / rel).parent.mkdir(parents=True, exist_ok=True)
             write_new(staging / BACKUPS / rel, data)
     manifest = Manifest(
         state="applying",
@@ -211,13 +212,14 @@ def restore_pristine(install: Install, manifest: Manifest) -> List[str]:
     restored: List[str] = []
     backups = install.state_dir / BACKUPS
     refuse_links(install, sorted(manifest.pristine))  # an earlier series' files too
+    refuse_untrusted_state(install)
     for rel in sorted(manifest.pristine):
         target = install.path(rel)
         if (target.is_file() and not target.is_symlink()
-                and record.digest(target.read_bytes()) == install.record[rel]):
+                and record.digest(read_regular(target)) == install.record[rel]):
             continue
         backup = backups / rel
-        data = backup.read_bytes() if backup.is_file() else b""
+        data = read_regular(backup) if backup.is_file() else b""
         if record.digest(data) != install.record[rel]:
             raise Refused(
                 f"the backup of {rel} in {backups} does not match torch's RECORD; "

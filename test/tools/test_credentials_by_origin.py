@@ -89,6 +89,20 @@ class CredentialsByOriginTest(unittest.TestCase):
                           config.login_for("https://127.0.0.1:9443/torch/")],
                          [("team", "one"), ("other", "two"), None, None])
 
+    def test_two_indexes_on_one_origin_each_get_their_own_by_longest_path(self) -> None:
+        with Running(file_host) as server:
+            config = from_options({
+                "index-url": f"http://a:one@{server.host}:{server.port}/team-a/simple",
+                "extra-index-url": f"http://b:two@{server.host}:{server.port}/team-a/simple/b"})
+            for path in ("/team-a/simple/torch/", "/team-a/simple/b/torch/", "/files/x.whl"):
+                Transport(config).get(f"{server.base}{path}", 1 << 20)
+            sent = server.authorizations()
+        basic = {login: "Basic " + base64.b64encode(login.encode()).decode()
+                 for login in ("a:one", "b:two")}
+        # A file outside both paths gets the origin's first index's, as pip
+        # reuses an origin's credentials for the files its pages link to.
+        self.assertEqual(sent, [basic["a:one"], basic["b:two"], basic["a:one"]])
+
     def test_no_url_keeps_its_password(self) -> None:
         config = from_options({"index-url": "https://team:one@127.0.0.1:8443/simple"})
         self.assertEqual(config.index_urls, ("https://127.0.0.1:8443/simple",))

@@ -259,5 +259,39 @@ class SlowServerTest(unittest.TestCase):
             listener.close()
 
 
+class WhatAServerSaysTest(unittest.TestCase):
+    """A URL urllib cannot parse, a Location meant for a terminal and markup
+    that html.parser asserts on: one-line errors, escaped, no traceback."""
+
+    def test_a_url_urllib_cannot_parse_is_a_transport_error(self) -> None:
+        for url in ("http://[::1/simple/", "http://team:s3cret@127.0.0.1:99999/simple/"):
+            with self.subTest(url=url), self.assertRaises(TransportError) as failed:
+                transport().get(url, 1024)
+            self.assertNotIn("s3cret", str(failed.exception))
+
+    def test_a_location_with_terminal_escapes_is_printed_escaped(self) -> None:
+        def handler(server: Server, seen: Seen) -> Answer:
+            return 302, {"Location": "ftp://files.invalid/\x1b]0;owned\x07\x1b[2J.whl"}, b""
+
+        with Running(handler) as server, self.assertRaises(TransportError) as refused:
+            transport().get(f"{server.base}/simple/torch/", 1024)
+        message = str(refused.exception)
+        self.assertNotIn("\x1b", message)
+        self.assertIn("ftp://files.invalid/\\x1b]0;owned\\x07\\x1b[2J.whl: not http(s), "
+                      "refused", message)
+
+    def test_markup_html_parser_asserts_on_ends_in_the_fallback(self) -> None:
+        from torch_backport.download.simple_index import find_wheel
+
+        def handler(server: Server, seen: Seen) -> Answer:
+            return 200, {"Content-Type": "text/html"}, b"<html><![unknown[ x ]]><a href=x>"
+
+        with Running(handler) as server:
+            config = from_options({"index-url": f"{server.base}/simple"})
+            link, why = find_wheel("2.11.0", "3.11", None, config, transport())
+        self.assertIsNone(link)
+        self.assertRegex(why, r"^the index's simple API could not be read \(.*marked section")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 import unittest
 from pathlib import Path
@@ -51,6 +52,29 @@ class ProxyTest(unittest.TestCase):
                 f"{origin.base}/simple/torch/", 1024)
         self.assertEqual((reply.body, [seen.path for seen in proxy.seen], origin.seen),
                          (PAGE, [f"{origin.base}/simple/torch/"], []))
+
+    def test_a_proxy_without_a_scheme_is_refused_not_stripped_of_its_login(self) -> None:
+        with Running(page, "127.0.0.2") as origin, Running(page) as proxy:
+            transport = Transport(from_options(
+                {"proxy": f"user:pw@{proxy.host}:{proxy.port}"}))
+            with self.assertRaises(TransportError) as refused:
+                transport.get(f"{origin.base}/simple/torch/", 1024)
+        self.assertEqual(str(refused.exception),
+                         f"the proxy {proxy.host}:{proxy.port} has no scheme; write it as "
+                         "http://HOST:PORT (with USER:PASSWORD@ before HOST if it needs them)")
+        self.assertEqual((proxy.seen, origin.seen), ([], []))
+
+    def test_no_proxy_takes_a_network_as_requests_does(self) -> None:
+        with Running(page, "127.0.0.2") as origin, Running(page) as proxy:
+            saved = {name: os.environ.get(name) for name in ("http_proxy", "no_proxy")}
+            os.environ.update(http_proxy=proxy.base, no_proxy="10.0.0.0/8, 127.0.0.0/8")
+            try:
+                reply = Transport(from_options({})).get(f"{origin.base}/simple/torch/", 1024)
+            finally:
+                for name, value in saved.items():
+                    os.environ.pop(name, None) if value is None else os.environ.update(
+                        {name: value})
+        self.assertEqual((reply.body, proxy.seen, len(origin.seen)), (PAGE, [], 1))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,11 @@ pip ranks it, `global` < `download` < the environment (`:env:`).
 
 Credentials are kept by origin (scheme, host, port), as pip keeps them:
 the user:password of an index URL goes to that origin only, never to
-another port of the same host. ~/.netrc (or $NETRC) is pip's last resort,
-matched by host name as pip's requests matches it."""
+another port of the same host; within an origin, the configured URL with
+the longest path prefix gives them. ~/.netrc (or $NETRC) is pip's last
+resort, matched by host name as pip's requests matches it, so its
+`default` entry, as in pip, goes to every host without a machine entry,
+a redirect's host included."""
 
 from __future__ import annotations
 
@@ -18,10 +21,13 @@ import dataclasses
 import functools
 import netrc
 import os
+import re
 import subprocess
 import sys
 import urllib.parse
 from typing import Dict, Optional, Tuple
+
+from torch_backport.infra.errors import printable
 
 PYPI = "https://pypi.org/simple"
 DEFAULT_TIMEOUT = 15.0  # pip's own default, seconds per socket read
@@ -60,8 +66,14 @@ def login_of(url: str) -> Optional[Tuple[str, str]]:
 
 
 def shown_url(url: str) -> str:
-    """`url` as it may be printed: never with its password."""
-    return without_login(url)
+    """`url` as it may be printed: never with its password, nothing a
+    terminal would act on; a URL urllib cannot parse (an invalid IPv6 host,
+    a port out of range) loses everything up to its `@` all the same."""
+    try:
+        shown = without_login(url)
+    except ValueError:
+        shown = re.sub(r"//[^/?#]*@", "//", url)
+    return printable(shown)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +81,8 @@ class PipConfig:
     """What the network paths need of pip's configuration."""
     index_urls: Tuple[str, ...]   # index-url, then extra-index-url; none with no-index
     find_links: Tuple[str, ...]   # URLs or local paths
-    logins: Tuple[Tuple[Origin, Tuple[str, str]], ...] = ()
+    # Each configured URL that carries a user:password (without it), with it.
+    logins: Tuple[Tuple[str, Tuple[str, str]], ...] = ()
     cert: Optional[str] = None
     client_cert: Optional[str] = None
     trusted_hosts: Tuple[str, ...] = ()
@@ -77,15 +90,25 @@ class PipConfig:
     timeout: float = DEFAULT_TIMEOUT
 
     def login_for(self, url: str) -> Optional[Tuple[str, str]]:
-        """The credentials pip would send to `url`: its own user:password,
-        a configured URL's of the same origin, else ~/.netrc's for its host."""
+        """The credentials pip would send to `url`: its own user:password;
+        else, among the configured URLs of its origin, the one whose path is
+        the longest prefix of its path (pip's MultiDomainBasicAuth: two
+        indexes on one host each get their own), or the first of them (pip
+        reuses an origin's credentials for its files); else ~/.netrc's for
+        its host."""
         own = login_of(url)
         if own is not None:
             return own
         wanted = origin(url)
-        for known, login in self.logins:
-            if known == wanted:
-                return login
+        path = urllib.parse.urlsplit(url).path
+        same_origin = [(urllib.parse.urlsplit(known).path.rstrip("/"), login)
+                       for known, login in self.logins if origin(known) == wanted]
+        under = [(len(prefix), login) for prefix, login in same_origin
+                 if path == prefix or path.startswith(prefix + "/")]
+        if under:
+            return max(under, key=lambda found: found[0])[1]
+        if same_origin:
+            return same_origin[0][1]
         return netrc_login(wanted[1])
 
     def trusts(self, url: str) -> bool:
@@ -130,7 +153,7 @@ def from_options(options: Dict[str, str]) -> PipConfig:
     index_url = options.get("index-url", "").split() or [PYPI]
     urls = [] if no_index else [*index_url[:1], *options.get("extra-index-url", "").split()]
     links = options.get("find-links", "").split()
-    logins = tuple((origin(url), login) for url in [*urls, *links]
+    logins = tuple((without_login(url), login) for url in [*urls, *links]
                    if (login := login_of(url)) is not None)
     try:
         timeout = float(options.get("timeout") or options.get("default-timeout") or DEFAULT_TIMEOUT)

@@ -27,7 +27,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from torch_backport.download.pip_config import PipConfig, shown_url
-from torch_backport.download.transport import Transport, TransportError
+from torch_backport.download.transport import one_line, Transport, TransportError
 
 PROJECT = "torch"
 PAGE_LIMIT = 32 * 1024 * 1024  # PyPI's torch page is 0.4 MB (JSON) to 1 MB (HTML)
@@ -209,8 +209,8 @@ def find_wheel(version: str, python: str, platform: Optional[str], config: PipCo
             links += find_links_page(location, transport)
         chosen = choose(links, version, python, target_tags(python, platform))
     except (TransportError, OSError, ValueError, KeyError, TypeError, AttributeError,
-            RecursionError) as problem:
-        return None, f"the index's simple API could not be read ({problem})"
+            RecursionError, AssertionError) as problem:  # html.parser asserts on some markup
+        return None, f"the index's simple API could not be read ({one_line(problem)})"
     if chosen is None:
         where = ", ".join(shown_url(url) for url in [*config.index_urls, *config.find_links])
         return None, (f"no torch {version} wheel for this target on {where or 'no index'} "

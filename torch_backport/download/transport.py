@@ -25,6 +25,8 @@ from __future__ import annotations
 import base64
 import dataclasses
 import importlib.util
+import ipaddress
+import os
 import re
 import socket
 import ssl
@@ -34,7 +36,7 @@ import urllib.parse
 import urllib.request
 from typing import Dict, List, Mapping, Optional
 
-from torch_backport.infra.errors import BackportError, Refused
+from torch_backport.infra.errors import BackportError, printable, Refused
 from torch_backport.download.pip_config import load, origin, PipConfig, shown_url, without_login
 
 try:
@@ -157,13 +159,20 @@ class Transport:
 
     def _proxy_for(self, url: str) -> Optional[str]:
         """pip's `proxy` for every request (pip ignores NO_PROXY for it), else
-        the environment's, which NO_PROXY can bypass."""
+        the environment's, which NO_PROXY can bypass (requests' rules). A
+        proxy without a scheme is refused: its user:password would be lost."""
         if self.config.proxy:
-            return self.config.proxy
-        scheme, host, _ = origin(url)
-        if urllib.request.proxy_bypass(host):
-            return None
-        return urllib.request.getproxies_environment().get(scheme)
+            proxy: Optional[str] = self.config.proxy
+        else:
+            scheme, host, port = origin(url)
+            if bypasses_proxy(host, port):
+                return None
+            proxy = urllib.request.getproxies_environment().get(scheme)
+        if proxy and "://" not in proxy:
+            raise TransportError(f"the proxy {shown_url('//' + proxy)[2:]} has no scheme; "
+                                 "write it as http://HOST:PORT (with USER:PASSWORD@ before "
+                                 "HOST if it needs them)")
+        return proxy
 
     def _pool(self, url: str) -> "urllib3.PoolManager":
         verify = not self.config.trusts(url)
@@ -180,8 +189,7 @@ class Transport:
                     proxy_basic_auth=f"{urllib.parse.unquote(login.username)}:"
                                      f"{urllib.parse.unquote(login.password or '')}"))
                 self._pools[key] = urllib3.ProxyManager(
-                    without_login(proxy if "://" in proxy else f"http://{proxy}"),
-                    proxy_headers=headers, ssl_context=context)
+                    without_login(proxy), proxy_headers=headers, ssl_context=context)
             else:
                 self._pools[key] = urllib3.PoolManager(ssl_context=context)
             self._pools[key].pool_classes_by_scheme = watched_pools()
@@ -191,7 +199,16 @@ class Transport:
             wanted: int = 200) -> Reply:
         """GET `url`, following redirects by the rules above; the body is at
         most `limit` bytes or the request is refused. A reply of another
-        status than `wanted` comes back without its body."""
+        status than `wanted` comes back without its body. Every failure is a
+        TransportError (a URL urllib cannot parse, as another)."""
+        try:
+            return self._get(url, limit, headers, wanted)
+        except ValueError as problem:  # urlsplit: an invalid IPv6 host, a port out of range
+            raise TransportError(f"{shown_url(url)}: not a URL that can be fetched "
+                                 f"({one_line(problem)})") from None
+
+    def _get(self, url: str, limit: int, headers: Optional[Mapping[str, str]],
+             wanted: int) -> Reply:
         started = time.monotonic()
         carried = False
         for _ in range(MAX_REDIRECTS + 1):
@@ -284,8 +301,40 @@ class Transport:
 
 
 def one_line(problem: BaseException) -> str:
+    """What `problem` says, on one line, at most 300 characters, printable."""
     text = " ".join(str(problem).split()) or type(problem).__name__
-    return text[:300]
+    return printable(text[:300])
+
+
+def no_proxy_entries() -> List[str]:
+    value = os.environ.get("no_proxy") or os.environ.get("NO_PROXY") or ""
+    return [entry for entry in value.replace(" ", "").split(",") if entry]
+
+
+def bypasses_proxy(host: str, port: int) -> bool:
+    """Whether NO_PROXY sends a request to `host`:`port` past the environment's proxy, by
+    requests' rules (requests.utils.should_bypass_proxies): an IP address
+    matches an entry that is the same address or a network holding it (CIDR,
+    127.0.0.0/8); a name matches an entry it ends with, with or without its
+    port (`example.com`, `.example.com`, `example.com:8080`); `*` matches
+    everything. Then urllib's own rules, as requests falls back to them."""
+    entries = no_proxy_entries()
+    if "*" in entries:
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for entry in entries:
+        if address is not None:
+            try:
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return True
+            except ValueError:
+                continue
+        elif host.endswith(entry) or f"{host}:{port}".endswith(entry):
+            return True
+    return bool(urllib.request.proxy_bypass(host))
 
 
 _shared: Optional[Transport] = None

@@ -7,6 +7,13 @@ import sys
 from typing import ClassVar
 
 
+def printable(text: str) -> str:
+    """`text` (a server's Location, page or reason phrase, a file name) as
+    it may be printed: every character a terminal would act on (escapes,
+    carriage returns, controls) shown as a Python escape instead."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
 class BackportError(Exception):
     """A problem the user must act on; the message says what and where.
 

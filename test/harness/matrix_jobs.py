@@ -174,7 +174,8 @@ def tools_env(builds: Dict[str, Build]) -> Dict[str, str]:
 # The tool suite, the longest job, in two: the fault walks (about 45 % of its
 # time) and the concurrency suite in a job of their own, the rest (any new
 # file too) in the other.
-TOOLS_FAULTS_SUITES = ("test/tools/test_faults.py", "test/tools/test_concurrency.py")
+TOOLS_FAULTS_SUITES = ("test/tools/test_faults.py", "test/tools/test_concurrency.py",
+                       "test/tools/test_swapped_directories.py")
 
 
 def tools_jobs(builds: Dict[str, Build], pytest_args: Sequence[str]) -> List[Job]:

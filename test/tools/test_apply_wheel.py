@@ -326,9 +326,11 @@ differs) (supported: {BASES}); nothing was changed
 
     def test_interrupted_apply_is_finished_by_the_next_apply(self) -> None:
         install = self.install()
-        # Steps 0-11 stage backups, manifests and temporary copies; 12 renames
-        # the state dir into place; 13 on put the patched files in place.
-        code, _ = install.run(env={FAULT: "kill:14"})
+        # Steps 0-17 stage: the staging and backup directories (0, 1), the
+        # backups and the directories they need (2-10), the manifests (11,
+        # 12) and the temporary copies (13-17); 18 renames the state dir into
+        # place; 19 on put the patched files and their bytecode in place.
+        code, _ = install.run(env={FAULT: "kill:20"})
         self.assertEqual(code, 137)
         code, output = install.run()
         self.assertEqual(code, 0, output)

@@ -315,9 +315,11 @@ class CommandLineTest(ScratchTestCase):
         self.assertTrue(all(job["argv"][-1] == "-x" for job in jobs))
         self.assertEqual(jobs[2]["argv"], [
             "test/tools", "--ignore=test/tools/test_faults.py",
-            "--ignore=test/tools/test_concurrency.py", "-m", "not own_job", "-x"])
+            "--ignore=test/tools/test_concurrency.py",
+            "--ignore=test/tools/test_swapped_directories.py", "-m", "not own_job", "-x"])
         self.assertEqual(jobs[3]["argv"], ["test/tools/test_faults.py",
                                            "test/tools/test_concurrency.py",
+                                           "test/tools/test_swapped_directories.py",
                                            "-m", "not own_job", "-x"])
         self.assertEqual(jobs[0]["env"], {
             "PREGRAD_EXPECT_PATCHED": "2.11.0", "OMP_NUM_THREADS": "1",

@@ -86,8 +86,9 @@ BREAKS = [
           "test_patched_wheel.py::PatchedWheelTest::"
           "test_a_file_that_does_not_match_record_is_refused"),
     Break("credentials go to their origin: scheme, host and port",
-          "torch_backport/download/pip_config.py", "            if known == wanted:",
-          "            if known[1] == wanted[1]:",
+          "torch_backport/download/pip_config.py",
+          "for known, login in self.logins if origin(known) == wanted]",
+          "for known, login in self.logins if origin(known)[1] == wanted[1]]",
           "test_credentials_by_origin.py::RedirectsTest::"
           "test_each_redirect_code_to_another_port_sends_no_credentials"),
     Break("a reply whose declared length is past the range is refused before its body",
@@ -115,6 +116,48 @@ BREAKS = [
           '    handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)\n',
           "test_planted_links.py::PlantedLinksTest::"
           "test_the_index_is_written_past_links_at_the_old_temporary_names"),
+    Break("within an origin, the longest configured path gives the credentials",
+          "torch_backport/download/pip_config.py",
+          "return max(under, key=lambda found: found[0])[1]", "return under[0][1]",
+          "test_credentials_by_origin.py::CredentialsByOriginTest::"
+          "test_two_indexes_on_one_origin_each_get_their_own_by_longest_path"),
+    Break("a proxy without a scheme is refused",
+          "torch_backport/download/transport.py", 'if proxy and "://" not in proxy:',
+          "if False:",
+          "test_pip_settings.py::ProxyTest::"
+          "test_a_proxy_without_a_scheme_is_refused_not_stripped_of_its_login"),
+    Break("NO_PROXY takes networks, as requests does",
+          "torch_backport/download/transport.py",
+          "if address in ipaddress.ip_network(entry, strict=False):", "if False:",
+          "test_pip_settings.py::ProxyTest::test_no_proxy_takes_a_network_as_requests_does"),
+    Break("what a server says is printed escaped",
+          "torch_backport/infra/errors.py",
+          'return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)',
+          "return text",
+          "test_hostile_replies.py::WhatAServerSaysTest::"
+          "test_a_location_with_terminal_escapes_is_printed_escaped"),
+    Break("a cache another user owns is not used",
+          "torch_backport/infra/fsio.py", "                if found.st_uid != me:",
+          "                if False:",
+          "test_foreign_owners.py::ForeignCacheTest::"
+          "test_a_file_another_user_owns_in_the_cache_is_refused_by_name"),
+    Break("a backup directory others may write to is not trusted",
+          "torch_backport/installed/install.py",
+          "if stat.S_ISDIR(found.st_mode) and found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):",
+          "if False:",
+          "test_foreign_owners.py::ForeignStateTest::"
+          "test_a_backup_another_user_swapped_is_not_put_back"),
+    Break("a file is read only where it is a regular file",
+          "torch_backport/infra/fsio.py", "        if not stat.S_ISREG(found.st_mode):\n"
+          "            raise NotARegularFile(", "        if False:\n            raise NotARegularFile(",
+          "test_foreign_owners.py::ForeignIndexDirectoryTest::"
+          "test_a_fifo_named_like_a_wheel_is_refused_without_waiting"),
+    Break("a directory is opened without following a link",
+          "torch_backport/infra/dirfd.py",
+          "OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC",
+          "OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC",
+          "test_swapped_directories.py::SwappedAtEveryStepTest::"
+          "test_apply_swapped_at_every_step_writes_nothing_outside"),
     Break("git has ended before an error goes on",
           "torch_backport/infra/git.py", "            process.kill()\n            process.wait()\n",
           "            pass\n",

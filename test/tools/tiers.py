@@ -30,6 +30,7 @@ MARKS: Dict[str, Tuple[str, ...]] = {
     "test_faults.py::FaultInjectionTest::"
     "test_a_real_full_disk_at_every_free_space_value_changes_nothing": ("root",),
     "test_fleet.py": ("needs_torch",),
+    "test_foreign_owners.py": ("needs_torch", "root"),
     "test_index_over_http.py::IndexOverHttp": ("needs_torch", "network"),
     "test_index_over_http.py::RealWheelOverHttp": ("needs_torch", "network"),
     "test_install_package.py": ("needs_torch",),
@@ -44,6 +45,7 @@ MARKS: Dict[str, Tuple[str, ...]] = {
     "test_planted_links.py": ("needs_torch", "root"),
     "test_run_upstream_tests.py": ("needs_torch",),
     "test_running_processes.py": ("needs_torch",),
+    "test_swapped_directories.py::SwappedDirectoryRaceTest": ("needs_torch", "root", "slow"),
     "test_tools_gate.py": ("needs_torch", "slow"),
     "test_topics.py": ("needs_torch",),
     "test_uv_installs.py": ("needs_torch",),

@@ -1,5 +1,7 @@
-"""The I/O primitives every mode writes through: the fault hook, an atomic
-file write, the refusal of symbolic links, and a per-directory lock.
+"""The I/O primitives: the fault hook, an atomic file write by path, the
+refusal of symbolic links, bounded reads of regular files, a per-directory
+lock and the cache's trust. Writes into an install go through dirfd.py,
+relative to directories opened once.
 
 Teams run this as root over installs and index directories that other users
 can write to, so no write follows a name someone else could have planted:
@@ -11,7 +13,8 @@ link is refused before anything is written.
 Every step that writes, renames or deletes calls `fault_point()` first, so that the
 tests can stop a run at any of them: _PREGRAD_TEST_FAULT=kill:N exits hard
 at step N (as a SIGKILL would), enospc:N raises "No space left on device"
-there. Unset, `fault_point()` only counts.
+there, stop:N stops the process (SIGSTOP) until the test, which meanwhile
+swaps a directory, continues it. Unset, `fault_point()` only counts.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import contextlib
 import errno
 import fcntl
 import os
-import secrets
+import signal
 import stat
 import sys
 import tempfile
@@ -53,6 +56,8 @@ def fault_point(what: object) -> None:
             os._exit(137)
         if kind == "enospc":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(what))
+        if kind == "stop":  # the test swaps a directory, then sends SIGCONT
+            os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def owner_to_give(reference: Path) -> Optional[Tuple[int, int]]:
@@ -62,21 +67,6 @@ def owner_to_give(reference: Path) -> Optional[Tuple[int, int]]:
         return None
     wanted = reference.lstat()
     return wanted.st_uid, wanted.st_gid
-
-
-def own_like(path: Path, reference: Path) -> None:
-    """Give `path` (never what it links to) the owner of `reference`. A file
-    with other hard links (shared with another install or a cache) is left
-    as it is."""
-    owner = owner_to_give(reference)
-    if owner is None:
-        return
-    found = path.lstat()
-    if (found.st_uid, found.st_gid) == owner:
-        return
-    if not stat.S_ISDIR(found.st_mode) and found.st_nlink > 1:
-        return
-    os.chown(path, *owner, follow_symlinks=False)
 
 
 class LinkRefused(Refused):
@@ -241,59 +231,6 @@ def atomic_write(target: Path, data: bytes, mode: int) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
-
-
-def write_new(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """A file that must not exist yet, in a directory of ours: created with
-    O_EXCL|O_NOFOLLOW, so nothing planted there is written through."""
-    fault_point(path)
-    _write_exclusive(path, data, mode)
-
-
-def _write_exclusive(path: Path, data: bytes, mode: int) -> None:
-    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-    try:
-        _fill(handle, data, mode, None)
-    finally:
-        os.close(handle)
-
-
-def link_temp(source: Path, target: Path, mode: int) -> Path:
-    """`source`'s file under a new temporary name beside `target`, by hard
-    link where it can (no space used: files this project keeps are only ever
-    replaced by rename), else a copy; its mode set on the open file."""
-    refuse_link(target)
-    refuse_link(target.parent, "directory")
-    fault_point(target)
-    for _ in range(100):
-        tmp = target.with_name(f".{target.name}.{secrets.token_hex(8)}{TEMP_SUFFIX}")
-        try:
-            os.link(source, tmp, follow_symlinks=False)  # never replaces or follows tmp
-        except FileExistsError:
-            continue
-        except OSError:  # another file system: a copy
-            return _new_temp(target, read_regular(source), mode, owner_to_give(source))
-        handle = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
-        try:
-            os.fchmod(handle, mode)
-        finally:
-            os.close(handle)
-        return tmp
-    raise OSError(errno.EEXIST, "no free temporary name", str(target))
-
-
-def link_or_copy(source: Path, destination: Path) -> None:
-    """`destination`, a new name in a directory of ours (made already), for
-    `source`'s file: a hard link where it can be made, else a copy (created
-    exclusively)."""
-    fault_point(destination)
-    try:
-        os.link(source, destination, follow_symlinks=False)
-    except FileExistsError:
-        raise
-    except OSError:
-        _write_exclusive(destination, read_regular(source), source.stat().st_mode & 0o7777)
-        own_like(destination, source)
 
 
 def free_kb(path: Path) -> int:

@@ -18,12 +18,14 @@ import os
 import py_compile
 import stat
 import sys
+import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from torch_backport.infra import record
-from torch_backport.infra.fsio import fault_point, kind_of, own_like, read_regular
+from torch_backport.infra.dirfd import Dir, owner_of
+from torch_backport.infra.fsio import kind_of, read_regular
 from torch_backport.infra.errors import Refused
 from torch_backport.infra.git import git_blob_id
 from torch_backport.installed.records import Built, BUILT_NAME, BuiltTopic, Manifest
@@ -131,18 +133,6 @@ def pycache_is_a_directory(source: Path) -> bool:
         return False
 
 
-def bytecode_of(source: Path) -> List[Path]:
-    """The .pyc entries of `source` in its __pycache__, of any interpreter
-    and any file type (a planted FIFO or link too), never followed; none
-    where __pycache__ is not a real directory."""
-    if not pycache_is_a_directory(source):
-        return []
-    prefix = f"{source.stem}."
-    with os.scandir(pycache_of(source)) as entries:
-        return sorted(Path(entry.path) for entry in entries
-                      if entry.name.startswith(prefix) and entry.name.endswith(".pyc"))
-
-
 def read_pyc_header(pyc: Path) -> Optional[bytes]:
     """The first 16 bytes of `pyc` where it is a regular file, the file
     itself (O_NOFOLLOW) and opened without blocking (a FIFO), else None."""
@@ -158,33 +148,65 @@ def read_pyc_header(pyc: Path) -> Optional[bytes]:
         os.close(handle)
 
 
-def refresh_bytecode(install: Install, rel: str) -> None:
-    """After `rel`'s source changed: the .pyc this interpreter loads is
-    compiled again in the invalidation mode it had (an unchecked-hash .pyc
-    would otherwise keep running the old code, as in reproducible images),
-    and other interpreters' .pyc of it are removed. Bytecode is read from
-    and written into a __pycache__ that is a real directory only (a link
-    there was refused before anything was written, refuse_links); an entry
-    that is not a regular file is removed, never read or followed. Never
+def refresh_bytecode(install: Install, rel: str, parent: Dir, name: str) -> None:
+    """After `rel`'s source (`name` in the open directory `parent`) changed:
+    the .pyc this interpreter loads is compiled again in the invalidation
+    mode it had (an unchecked-hash .pyc would otherwise keep running the old
+    code, as in reproducible images), and other interpreters' .pyc of it are
+    removed. Bytecode is read and written only in a __pycache__ opened as a
+    real directory below `parent` (a link there was refused before anything
+    was written, refuse_links), by descriptor; an entry that is not a
+    regular file is removed, never read or followed; what is written is a
+    new file of root's, given the source's owner on the open file. Never
     raises: a .pyc it cannot write is removed, one it cannot remove
     --status reports."""
-    source = install.path(rel)
-    mine = Path(importlib.util.cache_from_source(str(source)))
-    for pyc in bytecode_of(source):
-        mode = invalidation_mode(pyc) if pyc == mine else None
-        try:
-            fault_point(pyc)
-            if mode is None or not pycache_is_a_directory(source):
-                pyc.unlink()
-            else:
-                py_compile.compile(str(source), cfile=str(pyc), doraise=True,
-                                   invalidation_mode=mode)
-                own_like(pyc, source)
-        except (OSError, py_compile.PyCompileError):
+    mine = Path(importlib.util.cache_from_source(str(install.path(rel)))).name
+    prefix = f"{Path(name).stem}."
+    try:
+        pycache = parent.sub(PYCACHE)
+    except (Refused, OSError):
+        return
+    with pycache:
+        for pyc in pycache.names():
+            if not (pyc.startswith(prefix) and pyc.endswith(".pyc")):
+                continue
+            mode = mode_of(pycache_header(pycache, pyc)) if pyc == mine else None
             try:
-                pyc.unlink()
-            except OSError:
-                pass
+                if mode is None:
+                    pycache.unlink(pyc)
+                else:
+                    data, source = compiled(install, rel, parent, name, mode)
+                    pycache.atomic_write(pyc, data, source.st_mode & 0o666, owner_of(source))
+            except (OSError, py_compile.PyCompileError, Refused):
+                try:
+                    os.unlink(pyc, dir_fd=pycache.fd)
+                except OSError:
+                    pass
+
+
+def pycache_header(pycache: Dir, pyc: str) -> Optional[bytes]:
+    """The first 16 bytes of `pyc` where it is a regular file, else None."""
+    try:
+        return pycache.read(pyc, cap=PYC_HEADER, head=True)[0]
+    except (Refused, OSError):
+        return None
+
+
+def compiled(install: Install, rel: str, parent: Dir, name: str,
+             mode: py_compile.PycInvalidationMode) -> Tuple[bytes, os.stat_result]:
+    """The bytecode Python would write for `name` (read from `parent` by
+    descriptor), and the source's status. py_compile works by path, so it
+    compiles a private copy with the source's bytes and times, under the
+    installed path's name (`dfile`) for tracebacks."""
+    source, found = parent.read(name)
+    with tempfile.TemporaryDirectory(prefix="pregrad-bytecode-") as private:
+        copy = Path(private) / name
+        copy.write_bytes(source)
+        os.utime(copy, ns=(found.st_atime_ns, found.st_mtime_ns))
+        out = Path(private) / "compiled.pyc"
+        py_compile.compile(str(copy), cfile=str(out), dfile=str(install.path(rel)),
+                           doraise=True, invalidation_mode=mode)
+        return out.read_bytes(), found
 
 
 def invalidation_mode(pyc: Path) -> Optional[py_compile.PycInvalidationMode]:

@@ -21,19 +21,18 @@ part of the contract."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
-import shutil
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 from torch_backport.infra import record
 from torch_backport.patchset.driver import Say
 from torch_backport.infra.errors import Refused
-from torch_backport.infra.fsio import (atomic_write, fault_point, free_kb, leftover_temps,
-                                       link_or_copy, link_temp, make_dirs, own_like, read_regular,
-                                       refuse_link, refuse_links_below, write_new, write_temp)
+from torch_backport.infra.dirfd import Dir, owner_of, parent_and_name
+from torch_backport.infra.fsio import fault_point, free_kb, refuse_link, refuse_links_below
 from torch_backport.patchset.identify import topic_files
 from torch_backport.installed.install import (APPLIED, BACKUPS, Install, MANIFEST,
                                               pycache_is_a_directory, pycache_of,
@@ -66,21 +65,26 @@ def refuse_links(install: Install, paths: List[str]) -> None:
 def remove_partial_writes(install: Install, paths: List[str]) -> None:
     """Temporary files that a killed atomic_write left beside its target
     (unlinked, never followed)."""
-    for rel in paths:
-        for tmp in leftover_temps(install.path(rel)):
-            fault_point(tmp)
-            tmp.unlink()
+    with Dir.open(install.site) as site:
+        for rel in paths:
+            try:
+                parent, name = parent_and_name(site, rel)
+            except FileNotFoundError:
+                continue
+            with parent:
+                for tmp in list(parent.leftover_temps(name)):
+                    parent.unlink(tmp)
 
 
 def remove_leftovers(install: Install) -> None:
     """What only a killed run leaves: a staging dir that was never renamed
     into place, a trash dir that was not deleted, and the temporary copies
     of the topic's files that were written before the staging dir was."""
-    for leftover in (install.leftover("staging"), install.leftover("trash")):
-        if leftover.exists():
-            fault_point(leftover)
-            shutil.rmtree(leftover)
-    if not install.state_dir.exists():
+    with Dir.open(install.site) as site:
+        for kind in ("staging", "trash"):
+            site.remove_tree_if_there(install.leftover(kind).name)
+        state_there = site.lstat(install.state_dir.name) is not None
+    if not state_there:
         remove_partial_writes(install, topic_files(install.topic))
 
 
@@ -88,48 +92,81 @@ def drop_state(install: Install) -> None:
     """Remove the state dir in one rename, then delete it: a run killed in
     between leaves a trash dir that the next run removes, never a state dir
     without its manifest."""
-    trash = install.leftover("trash")
+    trash = install.leftover("trash").name
     remove_leftovers(install)
-    fault_point(install.state_dir)
-    os.replace(install.state_dir, trash)
-    fault_point(trash)
-    shutil.rmtree(trash)
+    with Dir.open(install.site) as site:
+        site.replace(install.state_dir.name, trash)
+        site.remove_tree(trash)
 
 
 # Apply: stage, then rename into place.
 
+def keep_original(site: Dir, backups: Dir, rel: str, data: bytes, mode: int,
+                  owner: Optional[Tuple[int, int]]) -> None:
+    """The backup of `rel`: a hard link to the installed file where that is
+    the wheel's (no space), else the wheel's bytes in a new file."""
+    parent, name = parent_and_name(site, rel)
+    with parent, backups.walk(Path(rel).parts[:-1], mode, owner) as into:
+        fault_point(into.path / name)
+        if parent.is_regular(name):
+            installed, found = parent.read(name)
+            if installed == data:
+                try:
+                    os.link(name, name, src_dir_fd=parent.fd, dst_dir_fd=into.fd,
+                            follow_symlinks=False)
+                    return
+                except FileExistsError:
+                    raise
+                except OSError:  # another file system: a copy
+                    into.new_file(name, data, found.st_mode & 0o7777, owner_of(found))
+                    return
+        # An earlier series' backup: the installed file is not the wheel's.
+        into.new_file(name, data, 0o644, owner)
+
+
 def stage(install: Install, series: Series, pristine: Dict[str, bytes],
-          patched: Dict[str, bytes], staging: Path) -> Dict[str, Path]:
+          patched: Dict[str, bytes], staging: Path) -> Dict[str, str]:
     """The staging dir, made here and now (not one found), and each patched
-    file's temporary copy: rel -> its path."""
-    make_dirs(staging, staging.parent, install.state_mode)
-    for rel, data in pristine.items():
-        source = install.path(rel)
-        make_dirs((staging / BACKUPS / rel).parent, staging, install.state_mode)
-        if source.is_file() and not source.is_symlink() and read_regular(source) == data:
-            link_or_copy(source, staging / BACKUPS / rel)
-        else:  # an earlier series' backup: the installed file is not the wheel's
-            write_new(staging / BACKUPS / rel, data)
-    manifest = Manifest(
-        state="applying",
-        torch=install.version,
-        base=series.base,
-        series={p.name: record.sha256_hex(p.read_bytes()) for p in series.patches},
-        pristine={rel: install.record[rel] for rel in series.touched},
-        patched={rel: record.digest(data) for rel, data in patched.items()},
-        modes={rel: install.path(rel).stat().st_mode & 0o7777 for rel in series.touched},
-    )
-    write_new(staging / MANIFEST, manifest.to_json())
-    write_new(staging / APPLIED, manifest.with_state("applied").to_json())
-    for made in [staging, *staging.rglob("*")]:
-        own_like(made, install.site)
-    return {rel: write_temp(install.path(rel), patched[rel],
-                            install.path(rel).stat().st_mode & 0o7777)
-            for rel in series.touched}
+    file's temporary copy beside it: rel -> its temporary name."""
+    mode, owner = install.state_mode, owner_of(install.site.stat())
+    with Dir.open(install.site) as site:
+        site.mkdir(staging.name, mode, owner)
+        modes: Dict[str, int] = {}
+        with site.sub(staging.name) as staged:
+            staged.mkdir(BACKUPS, mode, owner)
+            with staged.sub(BACKUPS) as backups:
+                for rel, data in pristine.items():
+                    keep_original(site, backups, rel, data, mode, owner)
+            for rel in series.touched:
+                parent, name = parent_and_name(site, rel)
+                with parent:
+                    found = parent.lstat(name)
+                    assert found is not None, rel
+                    modes[rel] = found.st_mode & 0o7777
+            manifest = Manifest(
+                state="applying",
+                torch=install.version,
+                base=series.base,
+                series={p.name: record.sha256_hex(p.read_bytes()) for p in series.patches},
+                pristine={rel: install.record[rel] for rel in series.touched},
+                patched={rel: record.digest(data) for rel, data in patched.items()},
+                modes=modes,
+            )
+            for name, written in ((MANIFEST, manifest), (APPLIED, manifest.with_state("applied"))):
+                fault_point(staged.path / name)
+                staged.new_file(name, written.to_json(), 0o644, owner)
+        temps = {}
+        for rel in series.touched:
+            parent, name = parent_and_name(site, rel)
+            with parent:
+                found = parent.lstat(name)
+                assert found is not None, rel
+                temps[rel] = parent.write_temp(name, patched[rel], modes[rel], owner_of(found))
+        return temps
 
 
 def write_backups(install: Install, series: Series,
-                  pristine: Dict[str, bytes], patched: Dict[str, bytes]) -> Dict[str, Path]:
+                  pristine: Dict[str, bytes], patched: Dict[str, bytes]) -> Dict[str, str]:
     """Everything an apply needs on disk before it replaces a file: the
     backups (hard links to the installed files where those are the wheel's:
     no space), the manifest as it is while applying and once applied, and
@@ -139,11 +176,15 @@ def write_backups(install: Install, series: Series,
     staging = install.leftover("staging")
     try:
         temps = stage(install, series, pristine, patched, staging)
-        fault_point(install.state_dir)
-        os.replace(staging, install.state_dir)
+        with Dir.open(install.site) as site:
+            site.replace(staging.name, install.state_dir.name)
         return temps
     except BaseException as problem:
-        shutil.rmtree(staging, ignore_errors=True)
+        with Dir.open(install.site) as site:
+            try:
+                site.remove_tree_if_there(staging.name)
+            except OSError:
+                pass
         remove_partial_writes(install, series.touched)
         if isinstance(problem, OSError) and problem.errno == errno.ENOSPC:
             need = (sum(map(len, patched.values())) + 4096) // 1024 + 1
@@ -174,13 +215,15 @@ def write_series(status: Status, pristine: Dict[str, bytes], patched: Dict[str, 
     # Only renames from here: a full disk cannot stop them part-way, and the
     # rollback below puts the backups back by rename too.
     try:
-        for rel in series.touched:
-            fault_point(install.path(rel))
-            os.replace(temps[rel], install.path(rel))
-            refresh_bytecode(install, rel)
-            say(f"  patched {rel}")
-        fault_point(install.manifest_path)
-        os.replace(install.state_dir / APPLIED, install.manifest_path)
+        with Dir.open(install.site) as site:
+            for rel in series.touched:
+                parent, name = parent_and_name(site, rel)
+                with parent:
+                    parent.replace(temps[rel], name)
+                    refresh_bytecode(install, rel, parent, name)
+                say(f"  patched {rel}")
+            with site.sub(install.state_dir.name) as state:
+                state.replace(APPLIED, MANIFEST)
     except BaseException:
         manifest = read_manifest(install)
         assert manifest is not None
@@ -198,40 +241,68 @@ def patch_again(install: Install, todo: List[str], patched: Dict[str, bytes],
                 say: Say) -> None:
     """Patch again the files of a partly reverted install that were reverted by hand."""
     refuse_links(install, todo)
-    for rel in todo:
-        atomic_write(install.path(rel), patched[rel], install.path(rel).stat().st_mode & 0o7777)
-        refresh_bytecode(install, rel)
-        say(f"  patched {rel} again")
+    with Dir.open(install.site) as site:
+        for rel in todo:
+            parent, name = parent_and_name(site, rel)
+            with parent:
+                found = parent.lstat(name)
+                assert found is not None, rel
+                parent.atomic_write(name, patched[rel], found.st_mode & 0o7777, owner_of(found))
+                refresh_bytecode(install, rel, parent, name)
+            say(f"  patched {rel} again")
     say(f"applied: {len(todo)} file(s) that were reverted by hand are patched again")
 
 
 # Roll back: the backups renamed into place.
 
+def backup_of(backups: Optional[Dir], rel: str) -> Optional[Tuple[Dir, str]]:
+    """The open directory of `rel`'s backup and its name; None if missing."""
+    if backups is None:
+        return None
+    try:
+        parent, name = parent_and_name(backups, rel)
+    except FileNotFoundError:
+        return None
+    if not parent.is_regular(name):
+        parent.close()
+        return None
+    return parent, name
+
+
 def restore_pristine(install: Install, manifest: Manifest) -> List[str]:
     """Put every file the manifest names back to the wheel's bytes, from the backups."""
     restored: List[str] = []
-    backups = install.state_dir / BACKUPS
+    backups_path = install.state_dir / BACKUPS
     refuse_links(install, sorted(manifest.pristine))  # an earlier series' files too
     refuse_untrusted_state(install)
-    for rel in sorted(manifest.pristine):
-        target = install.path(rel)
-        if (target.is_file() and not target.is_symlink()
-                and record.digest(read_regular(target)) == install.record[rel]):
-            continue
-        backup = backups / rel
-        data = read_regular(backup) if backup.is_file() else b""
-        if record.digest(data) != install.record[rel]:
-            raise Refused(
-                f"the backup of {rel} in {backups} does not match torch's RECORD; "
-                f"reinstall torch ({reinstall_command(install)})"
-            )
-        # The backup's own file, by link and rename: no space needed, so a
-        # full disk cannot stop a rollback.
-        tmp = link_temp(backup, target, manifest.modes.get(rel, 0o644))
-        fault_point(target)
-        os.replace(tmp, target)
-        refresh_bytecode(install, rel)
-        restored.append(rel)
+    with contextlib.ExitStack() as opened:
+        site = opened.enter_context(Dir.open(install.site))
+        try:
+            state = opened.enter_context(site.sub(install.state_dir.name))
+            backups: Optional[Dir] = opened.enter_context(state.sub(BACKUPS))
+        except FileNotFoundError:
+            backups = None
+        for rel in sorted(manifest.pristine):
+            parent, name = parent_and_name(site, rel)
+            with parent:
+                if (parent.is_regular(name)
+                        and record.digest(parent.read(name)[0]) == install.record[rel]):
+                    continue
+                kept = backup_of(backups, rel)
+                data = b"" if kept is None else kept[0].read(kept[1])[0]
+                if record.digest(data) != install.record[rel]:
+                    raise Refused(
+                        f"the backup of {rel} in {backups_path} does not match torch's RECORD; "
+                        f"reinstall torch ({reinstall_command(install)})"
+                    )
+                assert kept is not None
+                with kept[0]:
+                    # The backup's own file, by link and rename: no space needed,
+                    # so a full disk cannot stop a rollback.
+                    tmp = parent.link_temp(kept[0], kept[1], name, manifest.modes.get(rel, 0o644))
+                parent.replace(tmp, name)
+                refresh_bytecode(install, rel, parent, name)
+            restored.append(rel)
     return restored
 
 
@@ -266,7 +337,10 @@ def restore_series(status: Status, say: Say) -> None:
     assert status.series is not None and status.manifest is not None
     refuse_links(install, status.series.touched)
     manifest = status.manifest.with_state("reverting")
-    atomic_write(install.manifest_path, manifest.to_json(), 0o644)
+    with Dir.open(install.site) as site, site.sub(install.state_dir.name) as state:
+        found = state.lstat(MANIFEST)
+        state.atomic_write(MANIFEST, manifest.to_json(), 0o644,
+                           owner_of(found) if found is not None else None)
     restored = restore_pristine(install, manifest)
     for rel in restored:
         say(f"  restored {rel}")

@@ -17,19 +17,9 @@ from pathlib import Path
 
 from fake_install import APPLY, InstallTestCase, source_python, STATE_DIRNAME, STOCK, TOUCHED
 from fake_wheel import make_fake_wheel, release_files
+from other_user import as_nobody, DEADLINE, give_to_nobody, needs_root_and_setpriv, NOBODY
 
-NOBODY = 65534
-DEADLINE = 120  # seconds; a hang is subprocess.TimeoutExpired
 PYPA_READY = "wheel==0.48.0 packaging==26.4 urllib3==2.8.0"  # engine.PYPA
-
-
-def as_nobody(*command: str) -> None:
-    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                    *command], check=True, timeout=DEADLINE)
-
-
-def give_to_nobody(path: Path) -> None:
-    subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(path)], check=True)
 
 
 def run_apply(*args: str, env: dict[str, str], umask: int | None = None) -> tuple[int, str]:
@@ -40,11 +30,6 @@ def run_apply(*args: str, env: dict[str, str], umask: int | None = None) -> tupl
     result = subprocess.run([str(APPLY), *args], capture_output=True, text=True,
                             env={**os.environ, **env}, timeout=DEADLINE, preexec_fn=set_umask)
     return result.returncode, result.stdout + result.stderr
-
-
-def needs_root_and_setpriv(cls: type) -> type:
-    return unittest.skipUnless(os.geteuid() == 0 and shutil.which("setpriv"),
-                               "needs root and setpriv (util-linux)")(cls)
 
 
 @needs_root_and_setpriv

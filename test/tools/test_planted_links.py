@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import unittest
 from pathlib import Path
@@ -19,23 +18,16 @@ from typing import Dict
 from fake_install import (FakeInstall, make_fake_install, source_python, STATE_DIRNAME, STOCK,
                           TOUCHED)
 from fake_wheel import make_fake_wheel, release_files
+from other_user import as_nobody, give_to_nobody, needs_root_and_setpriv
 
-NOBODY = 65534
 ROOT_ONLY = b"root's own bytes\n"
-
-
-def as_nobody(*command: str) -> None:
-    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                    *command], check=True)
 
 
 def plant(link: Path, to: Path) -> None:
     as_nobody("ln", "-s", str(to), str(link))
 
 
-@unittest.skipUnless(os.geteuid() == 0 and shutil.which("setpriv")
-                     and Path("/usr/bin/python3").exists(),
-                     "needs root, setpriv (util-linux) and /usr/bin/python3")
+@needs_root_and_setpriv
 class PlantedLinksTest(unittest.TestCase):
     def setUp(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="pregrad-planted-", dir="/tmp"))
@@ -55,8 +47,7 @@ class PlantedLinksTest(unittest.TestCase):
     def nobodys_install(self) -> FakeInstall:
         install = make_fake_install(self.root / "install", source_python(STOCK),
                                     base_python="/usr/bin/python3")
-        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(self.root / "install")],
-                       check=True)
+        give_to_nobody(self.root / "install")
         return install
 
     def test_links_at_the_old_temporary_names_are_not_written_through(self) -> None:
@@ -102,7 +93,7 @@ class PlantedLinksTest(unittest.TestCase):
         out = self.root / "dist"
         make_fake_wheel(out, release_files(source_python(STOCK)), "2.11.0")
         (out / "simple" / "torch").mkdir(parents=True)
-        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(out)], check=True)
+        give_to_nobody(out)
         wheel = next(out.glob("torch-*.whl"))
         for name in (f".{wheel.name}.metadata.pregrad-tmp", "simple/.index.html.pregrad-tmp",
                      "simple/torch/.index.html.pregrad-tmp"):
@@ -118,7 +109,7 @@ class PlantedLinksTest(unittest.TestCase):
         from torch_backport.generated.index import read_all, write_index
         out = self.root / "dist"
         make_fake_wheel(out, release_files(source_python(STOCK)), "2.11.0")
-        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(out)], check=True)
+        give_to_nobody(out)
         plant(out / "simple", self.secret_dir)
         with self.assertRaisesRegex(LinkRefused, f"{out}/simple is a symbolic link"):
             write_index(out, read_all(out))

@@ -20,6 +20,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import textwrap
 import time
@@ -28,15 +29,17 @@ from pathlib import Path
 from typing import Dict, Tuple
 
 from fake_install import APPLY, FAULT, make_fake_install, REPO, source_python, STOCK
+from other_user import as_nobody, give_to_nobody, needs_root_and_setpriv, NOBODY
 
 from torch_backport.infra.dirfd import Dir
 from torch_backport.infra.fsio import LinkRefused
 
-NOBODY = 65534
 PAIRS = 200
 MAX_STEPS = 200  # far above any command's write steps
 FLIP_PAUSE = os.environ.get("PREGRAD_FLIP_PAUSE", "0.0002")  # seconds in each position
-Entry = Tuple[str, int, int, int, int, bytes]  # kind, uid, gid, mode, links, bytes
+# kind, inode, uid, gid, mode, links, bytes: a file replaced by rename has
+# another inode, even with the same bytes.
+Entry = Tuple[str, int, int, int, int, int, bytes]
 
 
 def snapshot(top: Path) -> Dict[str, Entry]:
@@ -45,8 +48,9 @@ def snapshot(top: Path) -> Dict[str, Entry]:
     for path in [top, *sorted(top.rglob("*"))]:
         info = path.lstat()
         data = path.read_bytes() if stat.S_ISREG(info.st_mode) else b""
-        found[str(path.relative_to(top))] = (stat.filemode(info.st_mode), info.st_uid,
-                                             info.st_gid, info.st_mode, info.st_nlink, data)
+        found[str(path.relative_to(top))] = (stat.filemode(info.st_mode), info.st_ino,
+                                             info.st_uid, info.st_gid, info.st_mode,
+                                             info.st_nlink, data)
     return found
 
 
@@ -85,17 +89,6 @@ class DirectoryHandleTest(unittest.TestCase):
             site.read("config.py")
 
 
-def as_nobody(*command: str) -> None:
-    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                    *command], check=True)
-
-
-def needs_root_and_setpriv(cls: type) -> type:
-    return unittest.skipUnless(os.geteuid() == 0 and shutil.which("setpriv")
-                               and Path("/usr/bin/python3").exists(),
-                               "needs root, setpriv (util-linux) and /usr/bin/python3")(cls)
-
-
 class RootOwnedCopyCase(unittest.TestCase):
     """An install of nobody's, and a root-owned copy of its torch/_inductor
     (so that every name root looks for is there) for nobody to link to."""
@@ -116,7 +109,7 @@ class RootOwnedCopyCase(unittest.TestCase):
         """A copy of the template install, given to nobody; its root."""
         copy = self.root / name
         shutil.copytree(self.template.root, copy, symlinks=True)
-        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(copy)], check=True)
+        give_to_nobody(copy)
         return copy
 
     def site_of(self, copy: Path) -> Path:
@@ -172,6 +165,67 @@ class SwappedAtEveryStepTest(RootOwnedCopyCase):
 
     def test_revert_swapped_at_every_step_writes_nothing_outside(self) -> None:
         self.assertGreater(self.walk("revert", "--revert"), 5)
+
+
+INDEX_WRITER = textwrap.dedent("""\
+    import sys
+    from pathlib import Path
+    from torch_backport.generated.index import read_all, write_index
+    from torch_backport.infra.errors import Refused
+    try:
+        write_index(Path(sys.argv[1]), read_all(Path(sys.argv[1])))
+    except Refused as problem:
+        print(problem)
+        sys.exit(1)
+""")
+
+
+@needs_root_and_setpriv
+class IndexSwappedAtEveryStepTest(unittest.TestCase):
+    """Root writes the index into a directory nobody owns; at each write
+    step nobody swaps `simple/` for a link to a root-owned copy."""
+
+    def setUp(self) -> None:
+        from fake_wheel import make_fake_wheel, release_files
+        self.root = Path(tempfile.mkdtemp(prefix="pregrad-index-swap-", dir="/tmp"))
+        self.addCleanup(shutil.rmtree, self.root, True)
+        os.chmod(self.root, 0o755)
+        self.template = self.root / "template"
+        make_fake_wheel(self.template, release_files(source_python(STOCK)), "2.11.0")
+        self.assertEqual(self.write_index(self.template).wait(timeout=120), 0)
+        self.decoy = self.root / "root-owned" / "simple"
+        self.decoy.parent.mkdir(mode=0o755)
+        shutil.copytree(self.template / "simple", self.decoy)
+        self.before = snapshot(self.decoy.parent)
+
+    def write_index(self, out: Path, step: int | None = None) -> subprocess.Popen[bytes]:
+        env = {**os.environ, **({FAULT: f"stop:{step}"} if step is not None else {})}
+        return subprocess.Popen([sys.executable, "-c", INDEX_WRITER, str(out)], cwd=REPO,
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def test_the_index_swapped_at_every_step_writes_nothing_outside(self) -> None:
+        for step in range(MAX_STEPS):
+            out = self.root / f"out-{step}"
+            shutil.copytree(self.template, out)
+            for metadata in out.glob("*.metadata"):
+                metadata.unlink()  # so that the run writes them too
+            give_to_nobody(out)
+            run = self.write_index(out, step)
+            _, status = os.waitpid(run.pid, os.WUNTRACED)
+            if not os.WIFSTOPPED(status):
+                run.returncode = os.waitstatus_to_exitcode(status)
+                self.assertGreater(step, 4)
+                return
+            as_nobody("mv", str(out / "simple"), str(out / "simple.real"))
+            as_nobody("ln", "-s", str(self.decoy), str(out / "simple"))
+            os.kill(run.pid, signal.SIGCONT)
+            run.wait(timeout=120)
+            after = snapshot(self.decoy.parent)
+            self.assertEqual(sorted(name for name in {*self.before, *after}
+                                    if self.before.get(name) != after.get(name)), [],
+                             f"the index, swapped at step {step}")
+            shutil.rmtree(out)
+        self.fail(f"the index took more than {MAX_STEPS} steps")
 
 
 FLIPPER = textwrap.dedent("""\

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import fnmatch
 import hashlib
 import html
+import os
 import re
 import stat
 import zipfile
@@ -42,8 +44,8 @@ from packaging.utils import canonicalize_name, InvalidWheelFilename, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from torch_backport.infra.errors import Refused
-from torch_backport.infra.fsio import (atomic_write, kind_of, open_regular, read_regular,
-                                       refuse_link, refuse_links_below)
+from torch_backport.infra.dirfd import Dir, owner_of
+from torch_backport.infra.fsio import kind_of, open_regular, refuse_link, refuse_links_below
 from torch_backport.infra.record import (CHUNK, digest, dist_info_of, of_wheel,
                                          oversized_record, refuse_unsafe_names, sha256_hex)
 
@@ -148,17 +150,26 @@ def page(title: str, body: List[str]) -> bytes:
             + "".join(f"{line}\n" for line in body) + "  </body>\n</html>\n").encode()
 
 
-def write_metadata(out: Path, listed: List[Listed]) -> None:
+def write_metadata(top: Dir, listed: List[Listed]) -> None:
     """`<wheel>.metadata` beside each wheel (rewritten only when it differs,
     so a bucket sync uploads nothing new), and none for a wheel that is gone."""
     for item in listed:
-        target = item.wheel.with_name(item.wheel.name + SUFFIX)
-        if not target.exists() or read_regular(target, METADATA_CAP) != item.metadata:
-            atomic_write(target, item.metadata, 0o644)
+        name = item.wheel.name + SUFFIX
+        if top.lstat(name) is None or top.read(name, METADATA_CAP)[0] != item.metadata:
+            write_ours(top, name, item.metadata)
     kept = {item.wheel.name + SUFFIX for item in listed}
-    for stale in out.glob(WHEELS + SUFFIX):
-        if stale.name not in kept:
-            stale.unlink()
+    for stale in top.names():
+        if fnmatch.fnmatchcase(stale, WHEELS + SUFFIX) and stale not in kept:
+            top.unlink(stale)
+
+
+def write_ours(directory: Dir, name: str, data: bytes) -> None:
+    """`name` in `directory`, replaced whole; root writing into another
+    user's directory gives the new file to the owner of the file it
+    replaces, or of the directory (set on the open file)."""
+    found = directory.lstat(name)
+    directory.atomic_write(name, data, 0o644,
+                           owner_of(found if found is not None else os.fstat(directory.fd)))
 
 
 def refuse_planted_links(out: Path, listed: List[Listed]) -> None:
@@ -181,14 +192,17 @@ def refuse_planted_links(out: Path, listed: List[Listed]) -> None:
 def write_index(out: Path, listed: List[Listed]) -> Path:
     """DIR/simple/ (PEP 503) over `listed`, the torch wheels in `out`, by
     relative link with their sha256, after their .metadata files: a page
-    never names a file that is not there yet."""
+    never names a file that is not there yet. Written relative to `out`
+    and its subdirectories opened once (dirfd.py): a directory swapped for
+    a link after the checks redirects nothing."""
     refuse_planted_links(out, listed)
-    write_metadata(out, listed)
-    project = out / "simple" / PROJECT
-    project.mkdir(parents=True, exist_ok=True)
-    atomic_write(project / "index.html", page(
-        f"Links for {PROJECT}", [f"    <h1>Links for {PROJECT}</h1>",
-                                 *(link(item) for item in listed)]), 0o644)
-    atomic_write(out / "simple" / "index.html", page(
-        "Simple index", [f'    <a href="{PROJECT}/">{PROJECT}</a><br/>']), 0o644)
+    with Dir.open(out) as top:
+        write_metadata(top, listed)
+        with top.walk(["simple", PROJECT], make_mode=0o755) as project:
+            write_ours(project, "index.html", page(
+                f"Links for {PROJECT}", [f"    <h1>Links for {PROJECT}</h1>",
+                                         *(link(item) for item in listed)]))
+        with top.sub("simple") as simple:
+            write_ours(simple, "index.html", page(
+                "Simple index", [f'    <a href="{PROJECT}/">{PROJECT}</a><br/>']))
     return out / "simple"

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Tuple
 
 from torch_backport.infra.errors import Refused
-from torch_backport.infra.fsio import (FILE_CAP, fault_point, kind_of, LinkRefused,
+from torch_backport.infra.fsio import (FILE_CAP, fault_point, fill, kind_of, LinkRefused,
                                        NotARegularFile, TEMP_SUFFIX)
 
 OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -165,13 +165,7 @@ class Dir:
         handle = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, mode, dir_fd=self.fd)
         try:
-            with os.fdopen(handle, "wb", closefd=False) as stream:
-                stream.write(data)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.fchmod(handle, mode)
-            if owner is not None:
-                os.fchown(handle, *owner)
+            fill(handle, data, mode, owner)
         except BaseException:
             os.close(handle)
             os.unlink(name, dir_fd=self.fd)

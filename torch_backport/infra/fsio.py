@@ -188,7 +188,7 @@ def _new_file(directory: Path, prefix: str) -> Tuple[int, Path]:
     return handle, Path(name)
 
 
-def _fill(handle: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -> None:
+def fill(handle: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -> None:
     """Write, fsync, then set mode and owner on the open file, not by path."""
     with os.fdopen(handle, "wb", closefd=False) as stream:
         stream.write(data)
@@ -203,7 +203,7 @@ def _new_temp(target: Path, data: bytes, mode: int, owner: Optional[Tuple[int, i
     """`data`, fsynced, in a new temporary file of ours beside `target`."""
     handle, tmp = _new_file(target.parent, f".{target.name}.")
     try:
-        _fill(handle, data, mode, owner)
+        fill(handle, data, mode, owner)
     except BaseException:
         os.unlink(tmp)
         raise

@@ -167,6 +167,43 @@ class SwappedAtEveryStepTest(RootOwnedCopyCase):
         self.assertGreater(self.walk("revert", "--revert"), 5)
 
 
+@needs_root_and_setpriv
+class OverlaySwappedAtEveryStepTest(RootOwnedCopyCase):
+    """Root replaces an overlay in a directory nobody owns; at each write
+    step nobody swaps its `torch/` for a link to a root-owned copy."""
+
+    def overlay(self, out: Path, step: int | None = None) -> subprocess.Popen[bytes]:
+        env = {**os.environ, **({FAULT: f"stop:{step}"} if step is not None else {})}
+        return subprocess.Popen([str(APPLY), "--overlay", "v2.11.0", "--python",
+                                 str(self.template.python), "--out", str(out)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def test_an_overlay_swapped_at_every_step_writes_nothing_outside(self) -> None:
+        earlier = self.root / "earlier-overlay"
+        self.assertEqual(self.overlay(earlier).wait(timeout=300), 0)
+        decoy = self.outside / "torch"
+        shutil.copytree(earlier / "torch", decoy)
+        self.before = snapshot(self.outside)
+        for step in range(MAX_STEPS):
+            out = self.root / f"out-{step}"
+            shutil.copytree(earlier, out)
+            give_to_nobody(out)
+            run = self.overlay(out, step)
+            _, status = os.waitpid(run.pid, os.WUNTRACED)
+            if not os.WIFSTOPPED(status):
+                run.returncode = os.waitstatus_to_exitcode(status)
+                self.assertGreater(step, 10)
+                return
+            if (out / "torch").exists():  # between removing the old files and moving in the new
+                as_nobody("mv", str(out / "torch"), str(out / "torch.real"))
+            as_nobody("ln", "-s", str(decoy), str(out / "torch"))
+            os.kill(run.pid, signal.SIGCONT)
+            run.wait(timeout=300)
+            self.assertNothingOutsideChanged(f"the overlay, swapped at step {step}")
+            shutil.rmtree(out)
+        self.fail(f"the overlay took more than {MAX_STEPS} steps")
+
+
 INDEX_WRITER = textwrap.dedent("""\
     import sys
     from pathlib import Path

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 import shutil
+import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from torch_backport.patchset.driver import release_series
-from torch_backport.infra.fsio import (atomic_write, is_our_temp, leftover_temps, refuse_link,
-                                 refuse_links_below, fault_point)
+from torch_backport.infra.dirfd import Dir, parent_and_name
+from torch_backport.infra.fsio import (fault_point, is_our_temp, read_regular, refuse_link,
+                                       refuse_links_below)
 from torch_backport.installed.install import find_install
 from torch_backport.installed.pristine import base_files, this_install
 from torch_backport.download.release_wheels import received_line, release_files
@@ -127,7 +129,9 @@ def plan_overlay(base: str, from_install: bool, cache: Path, chosen: List[Topic]
 def write_overlay(made: Overlay, out: Path) -> None:
     """Replace the overlay in `out` as a whole: the new files are staged
     beside it, and a journal names every file this run may write until the
-    swap is done."""
+    swap is done. Every write, rename and removal is relative to `out` and
+    the directories below it opened once (dirfd.py): a directory swapped
+    for a link after the checks redirects nothing."""
     touched = sorted(made.patched)
     refuse_link(out, "directory")
     out.mkdir(parents=True, exist_ok=True)
@@ -135,45 +139,71 @@ def write_overlay(made: Overlay, out: Path) -> None:
     new_files = [*touched, "SHA256SUMS", "STAMP"]
     for rel in [*previous, *new_files, JOURNAL]:
         refuse_links_below(out, out / rel)
-    for stale in [*(p for p in out.glob(".overlay-*") if p.name != JOURNAL),
-                  *leftover_temps(out / JOURNAL)]:
-        if stale.exists() or stale.is_symlink():  # left by a killed run
-            fault_point(stale)
-            shutil.rmtree(stale) if stale.is_dir() and not stale.is_symlink() else stale.unlink()
-    staging = Path(tempfile.mkdtemp(prefix=".overlay-", dir=out))
     contents = dict(made.patched, SHA256SUMS="".join(
         f"{sha256_hex(made.patched[rel])}  {rel}\n" for rel in touched).encode(),
         STAMP=made.stamp().encode())
-    try:
-        for rel in new_files:
-            fault_point(staging / rel)
-            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            (staging / rel).write_bytes(contents[rel])
-        swap_in(out, staging, previous, new_files)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with Dir.open(out) as top:
+        for stale in top.names():  # left by a killed run
+            if (stale.startswith(".overlay-") and stale != JOURNAL) or is_our_temp(stale, JOURNAL):
+                found = top.lstat(stale)
+                if found is not None and stat.S_ISDIR(found.st_mode):
+                    top.remove_tree(stale)
+                else:
+                    top.unlink(stale)
+        staging = f".overlay-{secrets.token_hex(8)}"
+        top.mkdir(staging, 0o755)
+        try:
+            with top.sub(staging) as staged:
+                for rel in new_files:
+                    parent, name = parent_and_name(staged, rel, make_mode=0o755)
+                    with parent:
+                        fault_point(parent.path / name)
+                        parent.new_file(name, contents[rel], 0o644)
+                swap_in(top, staged, previous, new_files)
+        finally:
+            try:
+                shutil.rmtree(staging, dir_fd=top.fd)
+            except OSError:
+                pass
 
 
-def swap_in(out: Path, staging: Path, previous: List[str], new_files: List[str]) -> None:
+def swap_in(top: Dir, staged: Dir, previous: List[str], new_files: List[str]) -> None:
     """Remove the previous overlay's files and move the staged ones in.
     Until the journal is removed, every file it names counts as ours: a run
     killed while swapping files leaves a directory the next run can replace."""
     journal = sorted(set(previous) | set(new_files))
-    fault_point(out / JOURNAL)
-    atomic_write(out / JOURNAL, "".join(f"{rel}\n" for rel in journal).encode(), 0o644)
+    fault_point(top.path / JOURNAL)
+    top.atomic_write(JOURNAL, "".join(f"{rel}\n" for rel in journal).encode(), 0o644)
     for rel in previous:
-        fault_point(out / rel)
-        (out / rel).unlink()
-    for directory in sorted({(out / rel).parent for rel in previous}, reverse=True):
-        while directory != out and directory.is_dir() and not any(directory.iterdir()):
-            directory.rmdir()
-            directory = directory.parent
+        parent, name = parent_and_name(top, rel)
+        with parent:
+            parent.unlink(name)
+    for folder in sorted({Path(rel).parent.parts for rel in previous}, reverse=True):
+        remove_empty_folders(top, folder)
     for rel in new_files:
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        fault_point(out / rel)
-        os.replace(staging / rel, out / rel)
-    fault_point(out / JOURNAL)
-    (out / JOURNAL).unlink()
+        source, name = parent_and_name(staged, rel)
+        with source, top.walk(Path(rel).parts[:-1], make_mode=0o755) as into:
+            source.replace(name, name, into=into)
+    top.unlink(JOURNAL)
+
+
+def remove_empty_folders(top: Dir, folder: tuple) -> None:  # type: ignore[type-arg]
+    """`folder` (path parts below `top`) and each folder above it, up to
+    `top`, while they are empty."""
+    while folder:
+        try:
+            with top.walk(folder[:-1]) as parent, parent.sub(folder[-1]) as directory:
+                if directory.names():
+                    return
+                os.rmdir(folder[-1], dir_fd=parent.fd)
+        except FileNotFoundError:
+            pass
+        folder = folder[:-1]
+
+
+def text_of(path: Path) -> str:
+    """A listing the overlay left, read as a regular file, bounded."""
+    return read_regular(path).decode("utf-8", "replace")
 
 
 def previous_overlay_files(out: Path) -> List[str]:
@@ -183,10 +213,10 @@ def previous_overlay_files(out: Path) -> List[str]:
     listed: List[str] = []
     sums, journal = out / "SHA256SUMS", out / JOURNAL
     if sums.is_file() and (out / "STAMP").is_file():
-        listed += [line.split("  ", 1)[1] for line in sums.read_text().splitlines()
+        listed += [line.split("  ", 1)[1] for line in text_of(sums).splitlines()
                    if "  " in line]
     if journal.is_file():
-        listed += [line for line in journal.read_text().splitlines() if line]
+        listed += [line for line in text_of(journal).splitlines() if line]
     outside = [rel for rel in listed
                if not (confined(rel) or rel in ("SHA256SUMS", "STAMP"))
                or not (out / rel).resolve().is_relative_to(out.resolve())]

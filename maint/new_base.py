@@ -25,12 +25,16 @@ none of this (maint/ is not shipped).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import datetime
+import io
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, TextIO
 
 from maint import choose, grammar, request as grammar_of, update_docs, write
 from maint.choose import Outcome, Run
@@ -46,6 +50,7 @@ from torch_backport.download.release_wheels import MB, received_line
 
 CLONE = Path(__file__).resolve().parents[1]
 INTERRUPTED = "interrupted; patches/ is as it was unless a 'wrote' line says otherwise"
+NEW_RELEASE_SERVED = 3  # --latest: a new release got its series or row, to test and merge
 
 
 def served(request: Request, patches: Store) -> int:
@@ -131,6 +136,107 @@ def run(request: Request) -> int:
     patches = store(request.patches)
     if request.served:
         return served(request, patches)
+    if request.latest:
+        return latest(request, patches)
+    if request.report is None:
+        return serve(request, patches)
+    with recorded() as lines:
+        code = serve(request, patches)
+    write_report(request.report, request.release, outcome_of(code, request.check), lines)
+    return code
+
+
+def latest(request: Request, patches: Store) -> int:
+    """--latest: the newest final release on the configured indexes; nothing
+    new if its row is there, else serve it (exit 3 where that worked)."""
+    from torch_backport.download import pip_config, simple_index
+    newest, why = simple_index.newest_final_release(pip_config.load(), transport.shared())
+    if newest is None:
+        raise Refused(f"--latest: {why}; nothing was written")
+    with recorded() as lines:
+        if newest in tables.read_candidates(patches.root):
+            print(f"nothing new: {newest} is a candidate (its series is written; "
+                  f"scripts/test.sh --releases {newest}, then scripts/new-base {newest} "
+                  "--served)")
+            code, outcome = 0, "nothing new"
+        elif newest in tables.read_releases(patches.root).versions:
+            cells = tables.read_releases(patches.root).cells[newest]
+            waiting = sorted(topic for topic, cell in cells.items() if cell == NOT_YET)
+            if waiting:
+                print(f"{newest} is listed, but topic(s) {', '.join(waiting)} stopped at a "
+                      f"conflict: finish them (scripts/new-base {newest})")
+                code, outcome = 1, "conflict"
+            else:
+                print(f"nothing new: {newest} is served ({shown(row_path(patches))})")
+                code, outcome = 0, "nothing new"
+        else:
+            print(f"new: torch {newest} is on the index and not in "
+                  f"{shown(row_path(patches))}")
+            code = serve(dataclasses.replace(request, release=newest, latest=False), patches)
+            outcome = outcome_of(code, request.check)
+            code = NEW_RELEASE_SERVED if code == 0 else code
+    if request.report is not None:
+        write_report(request.report, newest, outcome, lines)
+    return code
+
+
+def outcome_of(code: int, check: bool) -> str:
+    if code != 0:
+        return "conflict"
+    return "would be served (check: nothing written)" if check else "served-candidate"
+
+
+class Recorded(io.TextIOBase):
+    """What the command prints, printed and kept for the report."""
+
+    def __init__(self, shown_to: TextIO) -> None:
+        self.shown_to = shown_to
+        self.lines: List[str] = []
+        self.partial = ""
+
+    def write(self, text: str) -> int:
+        self.shown_to.write(text)
+        self.partial += text
+        *done, self.partial = self.partial.split("\n")
+        self.lines += done
+        return len(text)
+
+    def flush(self) -> None:
+        self.shown_to.flush()
+
+
+@contextlib.contextmanager
+def recorded() -> Iterator[List[str]]:
+    """The lines printed inside the block (also printed), for the report."""
+    keeper = Recorded(sys.stdout)
+    with contextlib.redirect_stdout(keeper):
+        yield keeper.lines
+    if keeper.partial:
+        keeper.lines.append(keeper.partial)
+
+
+def write_report(path: Path, release: str, outcome: str, lines: List[str]) -> None:
+    """The Markdown a pull request or an issue takes as its body."""
+    text = (f"# torch {release}: {outcome}\n\n"
+            f"`scripts/new-base` on {datetime.date.today().isoformat()}:\n\n```\n"
+            + "\n".join(lines) + "\n```\n\n"
+            + NEXT_STEPS.get(outcome, "").format(release=release))
+    atomic_write(path, text.encode(), 0o644)
+
+
+NEXT_STEPS = {
+    "served-candidate": (
+        "Next: `scripts/test.sh --releases {release}` (stock and patched), then "
+        "`scripts/new-base {release} --served`, then merge (docs/patch-contract.md, "
+        "\"Day one of a new release\").\n"),
+    "conflict": (
+        "Next: finish each conflicting patch in the scratch repository named above "
+        "(`git add`, `git am --continue`), then run `scripts/new-base {release}` again "
+        "(docs/patch-contract.md).\n"),
+}
+
+
+def serve(request: Request, patches: Store) -> int:
     try:
         chosen = patches.select(request.topics or ["all"])
     except Refused as unknown:  # a usage error, as apply.sh's --topic

@@ -17,7 +17,9 @@ PROG = "new-base"
 USAGE = """\
 Usage: scripts/new-base RELEASE [--from BASE] [--topic T]... [--python PY]
                         [--base-python V=PY]... [--check] [--patches DIR] [--scratch DIR]
+                        [--report FILE]
        scripts/new-base RELEASE --served [--check] [--patches DIR]
+       scripts/new-base --latest [--report FILE] [--check] [--patches DIR]
        scripts/new-base --help
 
 Serves torch RELEASE (e.g. 2.16.0): for each topic (patches/topics.tsv; or
@@ -59,6 +61,15 @@ scripts/update-docs and scripts/check-patches on what it wrote.
   --check            say all of this, write nothing (scratch repositories
                      are made under a temporary directory and removed)
   --served           RELEASE's matrix passed: remove it from candidates.tsv
+  --latest           RELEASE is the newest final torch release on pip's
+                     configured indexes and find-links (their simple API,
+                     no download): if patches/releases.tsv has its row,
+                     "nothing new: X is served" (or "X is a candidate"),
+                     exit 0; else serve it as above, exit 3 when every
+                     topic got a series, a row or "has it"
+  --report FILE      also write what was found as Markdown to FILE (a pull
+                     request's or an issue's body): the release, the
+                     outcome, where its files came from and each topic's
   --patches DIR      the patches directory to read and write (default: the
                      clone's patches/); update-docs runs only on the clone's
   --scratch DIR      where scratch repositories go (default:
@@ -66,9 +77,10 @@ scripts/update-docs and scripts/check-patches on what it wrote.
 
 A maintainer command of a clone: an installed torch-backport has no
 new-base.
-Exit codes: 0 every topic served (written, a base's row, or has it); 1 a
-topic stopped at a conflict (the others were written) or a refusal (nothing
-written); 2 usage error; 130 interrupted.
+Exit codes: 0 every topic served (written, a base's row, or has it), or
+--latest found nothing new; 1 a topic stopped at a conflict (the others
+were written) or a refusal (nothing written); 2 usage error; 3 --latest
+served a new release (a candidate to test and merge); 130 interrupted.
 """
 
 NEEDS = {
@@ -78,6 +90,7 @@ NEEDS = {
     "--base-python": "--base-python needs VERSION=PY, e.g. 2.14.1=venv/bin/python",
     "--patches": "--patches needs a directory",
     "--scratch": "--scratch needs a directory",
+    "--report": "--report needs a file to write",
 }
 
 
@@ -92,6 +105,8 @@ class Request:
     served: bool
     patches: Path
     scratch: Optional[Path]
+    latest: bool = False  # `release` is "" until the index names it
+    report: Optional[Path] = None
 
 
 def parser() -> Parser:
@@ -104,6 +119,8 @@ def parser() -> Parser:
     made.add_argument("--served", action="store_true")
     made.add_argument("--patches")
     made.add_argument("--scratch")
+    made.add_argument("--latest", action="store_true")
+    made.add_argument("--report")
     return made
 
 
@@ -139,7 +156,10 @@ def read(argv: Sequence[str]) -> Optional[Request]:
     patches = Path(known.patches) if known.patches else REPO / "patches"
     if not (patches / "topics.tsv").is_file():
         raise UsageError(f"{patches} has no topics.tsv: not a patches directory")
-    return Request(release_named(positional), from_base,
+    if known.latest and (positional or known.served):
+        raise UsageError("--latest asks the index for the RELEASE: name none, and no --served")
+    return Request("" if known.latest else release_named(positional), from_base,
                    [part for value in known.topics for part in value.split(",") if part],
                    known.python, base_pythons(known.base_pythons), known.check, known.served,
-                   patches, Path(known.scratch) if known.scratch else None)
+                   patches, Path(known.scratch) if known.scratch else None, known.latest,
+                   Path(known.report) if known.report else None)

@@ -29,6 +29,8 @@ MARKS: Dict[str, Tuple[str, ...]] = {
     "test_read_only_install_as_another_user_is_refused_untouched": ("root",),
     "test_faults.py::FaultInjectionTest::"
     "test_a_real_full_disk_at_every_free_space_value_changes_nothing": ("root",),
+    "test_day_one.py::LatestReleaseTest::"
+    "test_a_new_release_with_a_bases_files_is_served_by_its_row": ("needs_torch",),
     "test_fleet.py": ("needs_torch",),
     "test_foreign_owners.py": ("needs_torch", "root"),
     "test_index_over_http.py::IndexOverHttp": ("needs_torch", "network"),

@@ -216,3 +216,32 @@ def find_wheel(version: str, python: str, platform: Optional[str], config: PipCo
         return None, (f"no torch {version} wheel for this target on {where or 'no index'} "
                       f"({len(links)} torch files listed)")
     return chosen, ""
+
+
+def newest_final_release(config: PipConfig, transport: Transport) -> Tuple[Optional[str], str]:
+    """The newest final torch release (no pre-release, dev or post release;
+    a local label, 2.13.0+cpu, names its release) that pip's configured
+    indexes and find-links offer a file of, not yanked; or None and why.
+    Only the project pages are read: no wheel."""
+    links: List[Link] = []
+    try:
+        for index in config.index_urls:
+            links += index_page(index, transport)
+        for location in config.find_links:
+            links += find_links_page(location, transport)
+    except (TransportError, OSError, ValueError, KeyError, TypeError, AttributeError,
+            RecursionError, AssertionError) as problem:
+        return None, f"the index's simple API could not be read ({one_line(problem)})"
+    finals = set()
+    for link in links:
+        try:
+            name, found, _, _ = parse_wheel_filename(link.filename)
+        except InvalidWheelFilename:
+            continue
+        if name == PROJECT and not link.yanked and not (
+                found.is_prerelease or found.is_devrelease or found.is_postrelease):
+            finals.add(Version(found.public))
+    if not finals:
+        where = ", ".join(shown_url(url) for url in [*config.index_urls, *config.find_links])
+        return None, f"no final torch release on {where or 'no index'}"
+    return str(max(finals)), ""

@@ -51,6 +51,8 @@ MARKS: Dict[str, Tuple[str, ...]] = {
     "test_tools_gate.py": ("needs_torch", "slow"),
     "test_topics.py": ("needs_torch",),
     "test_uv_installs.py": ("needs_torch",),
+    "test_workflow.py::DayOneWorkflowTest::"
+    "test_the_workflow_is_valid_by_the_github_workflow_schema": ("network", "slow"),
 }
 # Classes only some of whose tests need a torch venv: those tests.
 SOME_NEED_TORCH = {

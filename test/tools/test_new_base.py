@@ -76,8 +76,17 @@ def release_pythons() -> Dict[str, str]:
     return dict(item.split("=", 1) for item in os.environ.get(PYTHONS, "").split(",") if item)
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(arg) for arg in args], capture_output=True, text=True)
+def run(*args: str, env: Dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(arg) for arg in args], capture_output=True, text=True, env=env)
+
+
+def post_images(patch: Path) -> list[str]:
+    """A patch's diff lines from its first `diff --git` on: what it does,
+    without the message that says where it came from."""
+    lines = [line for line in patch.read_text().splitlines()
+             if line.startswith(("index ", "diff --git", "@@", "+", "-", " "))]
+    first = next(i for i, line in enumerate(lines) if line.startswith("diff --git"))
+    return lines[first:]
 
 
 def unseen_copy(python: str, root: Path) -> str:
@@ -138,17 +147,50 @@ class NewBaseTest(unittest.TestCase):
                              "--base-python", f"2.12.0={self.pythons['2.12.0']}")
         self.assertEqual(made.returncode, 0, made.stdout + made.stderr)
         for name in (REPO / "patches" / "v2.13.0").glob("*.patch"):
-            committed = [line for line in name.read_text().splitlines()
-                         if line.startswith(("index ", "diff --git", "@@", "+", "-", " "))]
-            written = [line for line in (self.patches / "v2.13.0" / name.name).read_text()
-                       .splitlines() if line.startswith(("index ", "diff --git", "@@", "+", "-", " "))]
-            self.assertEqual(written[written.index(committed[0]):],
-                             committed[committed.index(committed[0]):], name.name)
+            self.assertEqual(post_images(self.patches / "v2.13.0" / name.name),
+                             post_images(name), name.name)
         message = (self.patches / "v2.13.0" / sorted(
             p.name for p in (self.patches / "v2.13.0").glob("*.patch"))[0]).read_text()
         self.assertIn("Rebased-From: v2.12.0 (applied as is)", message)
         self.assertIn("2.13.0", (self.patches / "candidates.tsv").read_text())
         self.assertIn("scripts/test.sh --releases 2.13.0", made.stdout)
+
+    @unittest.skipUnless(list(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl")),
+                         "needs the machine's torch 2.13.0+cpu wheel in /opt/wheels")
+    def test_latest_serves_a_forgotten_release_from_its_wheel_on_a_local_index(self) -> None:
+        """Day one rehearsed: v2.13.0's series and row forgotten, its real
+        wheel the newest on an index on 127.0.0.1: --latest serves it again
+        by range, exit 3, the series byte for byte the committed one."""
+        from local_servers import Answer, ranges, Running, Seen, Server, simple_page
+        wheel = next(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl"))
+        data = wheel.read_bytes()
+
+        def index(server: Server, seen: Seen) -> Answer:
+            if seen.path.rstrip("/") == "/simple/torch":
+                return 200, {"Content-Type": "application/vnd.pypi.simple.v1+json"}, simple_page(
+                    [(wheel.name, f"/files/{wheel.name.replace('+', '%2B')}")])
+            return ranges(data, seen.headers.get("Range"))
+
+        shutil.rmtree(self.patches / "v2.13.0")
+        rows = self.patches / "releases.tsv"
+        rows.write_text("".join(line for line in rows.read_text().splitlines(keepends=True)
+                                if not line.startswith("2.13.0\t")))
+        report = self.tmp / "day-one.md"
+        with Running(index) as served:
+            made = run(str(NEW_BASE), "--latest", "--topic", "pre-grad-pass-timing",
+                       "--from", "v2.12.0", "--base-python",
+                       f"2.12.0={self.pythons['2.12.0']}", "--report", str(report),
+                       "--patches", str(self.patches), "--scratch", str(self.tmp / "scratch"),
+                       env={**os.environ, "PIP_CONFIG_FILE": os.devnull,
+                            "PIP_INDEX_URL": f"{served.base}/simple",
+                            "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": ""})
+        self.assertEqual(made.returncode, 3, made.stdout + made.stderr)
+        self.assertIn("new: torch 2.13.0 is on the index", made.stdout)
+        self.assertIn("read by range", made.stdout)
+        for name in (REPO / "patches" / "v2.13.0").glob("*.patch"):
+            self.assertEqual(post_images(self.patches / "v2.13.0" / name.name),
+                             post_images(name), name.name)
+        self.assertTrue(report.read_text().startswith("# torch 2.13.0: served-candidate\n"))
 
     def test_a_release_whose_files_are_a_bases_gets_only_its_row(self) -> None:
         rows = self.patches / "releases.tsv"

@@ -110,10 +110,12 @@ BREAKS = [
           "test_hostile_wheels.py::HostileWheelTest::"
           "test_member_names_that_leave_the_install_are_refused_by_the_index"),
     Break("temporary files are created exclusively, never at a name planted in advance",
-          "torch_backport/infra/fsio.py",
-          '\n    handle, tmp = _new_file(target.parent, f".{target.name}.")\n',
-          '\n    tmp = target.with_name(f".{target.name}{TEMP_SUFFIX}")\n'
-          '    handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)\n',
+          "torch_backport/infra/dirfd.py",
+          "            name = self.temp_name(target)\n            try:\n"
+          "                self.new_file(name, data, mode, owner)\n",
+          '            name = f".{target}{TEMP_SUFFIX}"\n            try:\n'
+          "                os.write(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode,\n"
+          "                                 dir_fd=self.fd), data)\n",
           "test_planted_links.py::PlantedLinksTest::"
           "test_the_index_is_written_past_links_at_the_old_temporary_names"),
     Break("within an origin, the longest configured path gives the credentials",

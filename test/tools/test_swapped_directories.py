@@ -26,7 +26,7 @@ import textwrap
 import time
 import unittest
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Callable, Dict, Tuple
 
 from fake_install import APPLY, FAULT, make_fake_install, REPO, source_python, STOCK
 from other_user import as_nobody, give_to_nobody, needs_root_and_setpriv, NOBODY
@@ -89,6 +89,19 @@ class DirectoryHandleTest(unittest.TestCase):
             site.read("config.py")
 
 
+def swapped_while_stopped(run: "subprocess.Popen[bytes]", swap: Callable[[], None]) -> bool:
+    """Wait for `run` to stop at its fault step (stop:N), `swap`, and let it
+    go on to its end; False if it ended before reaching the step."""
+    _, status = os.waitpid(run.pid, os.WUNTRACED)
+    if not os.WIFSTOPPED(status):
+        run.returncode = os.waitstatus_to_exitcode(status)
+        return False
+    swap()
+    os.kill(run.pid, signal.SIGCONT)
+    run.wait(timeout=300)
+    return True
+
+
 class RootOwnedCopyCase(unittest.TestCase):
     """An install of nobody's, and a root-owned copy of its torch/_inductor
     (so that every name root looks for is there) for nobody to link to."""
@@ -134,16 +147,12 @@ class SwappedAtEveryStepTest(RootOwnedCopyCase):
         run = subprocess.Popen([str(APPLY), "--python", str(python), *args],
                                env={**os.environ, FAULT: f"stop:{step}"},
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _, status = os.waitpid(run.pid, os.WUNTRACED)
-        if not os.WIFSTOPPED(status):
-            run.returncode = os.waitstatus_to_exitcode(status)
-            return False
         inductor = self.site_of(copy) / "torch" / "_inductor"
-        as_nobody("mv", str(inductor), str(inductor.with_name("_inductor.real")))
-        as_nobody("ln", "-s", str(self.decoy), str(inductor))
-        os.kill(run.pid, signal.SIGCONT)
-        run.wait(timeout=120)
-        return True
+
+        def swap() -> None:
+            as_nobody("mv", str(inductor), str(inductor.with_name("_inductor.real")))
+            as_nobody("ln", "-s", str(self.decoy), str(inductor))
+        return swapped_while_stopped(run, swap)
 
     def walk(self, command: str, *args: str) -> int:
         """Every step of `command`, each on a fresh copy; how many."""
@@ -188,17 +197,13 @@ class OverlaySwappedAtEveryStepTest(RootOwnedCopyCase):
             out = self.root / f"out-{step}"
             shutil.copytree(earlier, out)
             give_to_nobody(out)
-            run = self.overlay(out, step)
-            _, status = os.waitpid(run.pid, os.WUNTRACED)
-            if not os.WIFSTOPPED(status):
-                run.returncode = os.waitstatus_to_exitcode(status)
+            def swap() -> None:
+                if (out / "torch").exists():  # gone between removing the old and moving in
+                    as_nobody("mv", str(out / "torch"), str(out / "torch.real"))
+                as_nobody("ln", "-s", str(decoy), str(out / "torch"))
+            if not swapped_while_stopped(self.overlay(out, step), swap):
                 self.assertGreater(step, 10)
                 return
-            if (out / "torch").exists():  # between removing the old files and moving in the new
-                as_nobody("mv", str(out / "torch"), str(out / "torch.real"))
-            as_nobody("ln", "-s", str(decoy), str(out / "torch"))
-            os.kill(run.pid, signal.SIGCONT)
-            run.wait(timeout=300)
             self.assertNothingOutsideChanged(f"the overlay, swapped at step {step}")
             shutil.rmtree(out)
         self.fail(f"the overlay took more than {MAX_STEPS} steps")
@@ -247,16 +252,12 @@ class IndexSwappedAtEveryStepTest(unittest.TestCase):
             for metadata in out.glob("*.metadata"):
                 metadata.unlink()  # so that the run writes them too
             give_to_nobody(out)
-            run = self.write_index(out, step)
-            _, status = os.waitpid(run.pid, os.WUNTRACED)
-            if not os.WIFSTOPPED(status):
-                run.returncode = os.waitstatus_to_exitcode(status)
+            def swap() -> None:
+                as_nobody("mv", str(out / "simple"), str(out / "simple.real"))
+                as_nobody("ln", "-s", str(self.decoy), str(out / "simple"))
+            if not swapped_while_stopped(self.write_index(out, step), swap):
                 self.assertGreater(step, 4)
                 return
-            as_nobody("mv", str(out / "simple"), str(out / "simple.real"))
-            as_nobody("ln", "-s", str(self.decoy), str(out / "simple"))
-            os.kill(run.pid, signal.SIGCONT)
-            run.wait(timeout=120)
             after = snapshot(self.decoy.parent)
             self.assertEqual(sorted(name for name in {*self.before, *after}
                                     if self.before.get(name) != after.get(name)), [],

@@ -194,6 +194,22 @@ def read_index_page(index: str, transport: Transport) -> List[Link]:
     return parse_page(reply.body, reply.headers.get("Content-Type", ""), reply.url)
 
 
+# What reading a hostile or broken page can raise (html.parser asserts on
+# some markup): each ends in the fallback, with the reason.
+UNREADABLE = (TransportError, OSError, ValueError, KeyError, TypeError, AttributeError,
+              RecursionError, AssertionError)
+
+
+def offered_links(config: PipConfig, transport: Transport) -> List[Link]:
+    """Every torch file pip's configured indexes and find-links offer."""
+    links: List[Link] = []
+    for index in config.index_urls:
+        links += index_page(index, transport)
+    for location in config.find_links:
+        links += find_links_page(location, transport)
+    return links
+
+
 def find_wheel(version: str, python: str, platform: Optional[str], config: PipConfig,
                transport: Transport) -> Tuple[Optional[Link], str]:
     """The link pip would choose for torch==`version`, or None and why."""
@@ -203,13 +219,9 @@ def find_wheel(version: str, python: str, platform: Optional[str], config: PipCo
         return None, f"{version!r} is not a PEP 440 version"
     links: List[Link] = []
     try:
-        for index in config.index_urls:
-            links += index_page(index, transport)
-        for location in config.find_links:
-            links += find_links_page(location, transport)
+        links = offered_links(config, transport)
         chosen = choose(links, version, python, target_tags(python, platform))
-    except (TransportError, OSError, ValueError, KeyError, TypeError, AttributeError,
-            RecursionError, AssertionError) as problem:  # html.parser asserts on some markup
+    except UNREADABLE as problem:
         return None, f"the index's simple API could not be read ({one_line(problem)})"
     if chosen is None:
         where = ", ".join(shown_url(url) for url in [*config.index_urls, *config.find_links])
@@ -223,14 +235,9 @@ def newest_final_release(config: PipConfig, transport: Transport) -> Tuple[Optio
     a local label, 2.13.0+cpu, names its release) that pip's configured
     indexes and find-links offer a file of, not yanked; or None and why.
     Only the project pages are read: no wheel."""
-    links: List[Link] = []
     try:
-        for index in config.index_urls:
-            links += index_page(index, transport)
-        for location in config.find_links:
-            links += find_links_page(location, transport)
-    except (TransportError, OSError, ValueError, KeyError, TypeError, AttributeError,
-            RecursionError, AssertionError) as problem:
+        links = offered_links(config, transport)
+    except UNREADABLE as problem:
         return None, f"the index's simple API could not be read ({one_line(problem)})"
     finals = set()
     for link in links:

@@ -44,8 +44,9 @@ from packaging.utils import canonicalize_name, InvalidWheelFilename, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from torch_backport.infra.errors import Refused
-from torch_backport.infra.dirfd import Dir, owner_of
-from torch_backport.infra.fsio import kind_of, open_regular, refuse_link, refuse_links_below
+from torch_backport.infra.dirfd import Dir
+from torch_backport.infra.fsio import (kind_of, open_regular, owner_of, refuse_link,
+                                       refuse_links_below)
 from torch_backport.infra.record import (CHUNK, digest, dist_info_of, of_wheel,
                                          oversized_record, refuse_unsafe_names, sha256_hex)
 

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Tuple
 
 from torch_backport.infra.errors import Refused
-from torch_backport.infra.fsio import (FILE_CAP, fault_point, fill, kind_of, LinkRefused,
-                                       NotARegularFile, TEMP_SUFFIX)
+from torch_backport.infra.fsio import (FILE_CAP, fault_point, fill, is_our_temp, kind_of,
+                                       LinkRefused, open_regular, owner_of, read_capped,
+                                       TEMP_SUFFIX)
 
 OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -132,24 +133,15 @@ class Dir:
 
     def read(self, name: str, cap: int = FILE_CAP,
              head: bool = False) -> Tuple[bytes, os.stat_result]:
-        """The bytes of the regular file `name` (not a link, FIFO or device,
-        at most `cap` bytes, or its first `cap` bytes with `head`) and its
-        status, from one descriptor."""
+        """The bytes of the regular file `name` (fsio.open_regular: not a
+        link, FIFO or device, at most `cap` bytes, or its first `cap` bytes
+        with `head`) and its status, from one descriptor."""
         try:
-            handle = os.open(name, OPEN_FILE, dir_fd=self.fd)
-        except OSError as problem:
+            with open_regular(name, cap, self.fd, self.path / name, head) as stream:
+                return read_capped(stream, self.path / name, cap, head), os.fstat(
+                    stream.fileno())
+        except FileNotFoundError as problem:
             raise _refusal(self.path / name, problem, "file") from None
-        with os.fdopen(handle, "rb") as stream:
-            found = os.fstat(handle)
-            if not stat.S_ISREG(found.st_mode):
-                raise NotARegularFile(f"{self.path / name} is a {kind_of(found.st_mode)} where "
-                                      "this project reads a file; refused, nothing was written. "
-                                      "Remove it")
-            data = stream.read(cap if head else cap + 1)
-        if len(data) > cap:
-            raise Refused(f"{self.path / name} is more than the {cap} bytes this project reads "
-                          "of such a file; refused, nothing was written")
-        return data, found
 
     def is_regular(self, name: str) -> bool:
         found = self.lstat(name)
@@ -246,16 +238,9 @@ class Dir:
         """The temporary files a killed run left beside `target`."""
         for name in self.names():
             found = self.lstat(name)
-            if (name.startswith(f".{target}.") and name.endswith(TEMP_SUFFIX)
-                    and found is not None and not stat.S_ISDIR(found.st_mode)):
+            if is_our_temp(name, target) and found is not None and not stat.S_ISDIR(
+                    found.st_mode):
                 yield name
-
-
-def owner_of(found: os.stat_result) -> Optional[Tuple[int, int]]:
-    """Root writing into another user's install: `found`'s owner, for what
-    root creates beside it, so that the owner can still revert; None for
-    any other caller (nothing to change)."""
-    return (found.st_uid, found.st_gid) if os.geteuid() == 0 else None
 
 
 def parent_and_name(site: Dir, rel: str, make_mode: Optional[int] = None) -> Tuple[Dir, str]:

@@ -28,7 +28,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Iterator, List, Optional, Tuple
+from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple
 
 from torch_backport.infra.errors import Refused
 
@@ -60,13 +60,16 @@ def fault_point(what: object) -> None:
             os.kill(os.getpid(), signal.SIGSTOP)
 
 
+def owner_of(found: os.stat_result) -> Optional[Tuple[int, int]]:
+    """Root writing into another user's install: `found`'s owner, for what
+    root creates beside it, so that the owner can still revert; None for
+    any other caller (nothing to change)."""
+    return (found.st_uid, found.st_gid) if os.geteuid() == 0 else None
+
+
 def owner_to_give(reference: Path) -> Optional[Tuple[int, int]]:
-    """Root writing into another user's install: the owner of `reference`,
-    so that the owner can still revert; None where nothing is to change."""
-    if os.geteuid() != 0:
-        return None
-    wanted = reference.lstat()
-    return wanted.st_uid, wanted.st_gid
+    """owner_of `reference` itself (never what it links to)."""
+    return owner_of(reference.lstat()) if os.geteuid() == 0 else None
 
 
 class LinkRefused(Refused):
@@ -109,36 +112,51 @@ def kind_of(mode: int) -> str:
 
 
 @contextlib.contextmanager
-def open_regular(path: Path, cap: int = FILE_CAP) -> Iterator[BinaryIO]:
-    """`path` opened for reading where it is a regular file itself, at most
-    `cap` bytes: never through a link (O_NOFOLLOW), never blocking on a FIFO
-    (O_NONBLOCK), its type and size checked on the open file (fstat), so a
-    name swapped after a check cannot hand over something else."""
+def open_regular(path: Path, cap: int = FILE_CAP, dir_fd: Optional[int] = None,
+                 shown: Optional[Path] = None, head: bool = False) -> Iterator[BinaryIO]:
+    """`path` (relative to `dir_fd` if given; `shown` in messages) opened for
+    reading where it is a regular file itself, at most `cap` bytes (any size
+    with `head`, of which only the first `cap` are read): never through a
+    link (O_NOFOLLOW), never blocking on a FIFO (O_NONBLOCK), its type and
+    size checked on the open file (fstat), so a name swapped after a check
+    cannot hand over something else."""
+    shown = shown or path
     try:
-        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=dir_fd)
     except OSError as problem:
         if problem.errno == errno.ELOOP:
-            refuse_link(path)
+            raise LinkRefused(f"{shown} is a symbolic link where this project expects a "
+                              "file; refused, nothing was written. Remove the link") from None
         raise
     stream = os.fdopen(handle, "rb")
     with stream:
         found = os.fstat(handle)
         if not stat.S_ISREG(found.st_mode):
-            raise NotARegularFile(f"{path} is a {kind_of(found.st_mode)} where this project "
+            raise NotARegularFile(f"{shown} is a {kind_of(found.st_mode)} where this project "
                                   "reads a file; refused, nothing was written. Remove it")
-        if found.st_size > cap:
-            raise Refused(f"{path} is {found.st_size} bytes, more than the {cap} this project "
-                          "reads of such a file; refused, nothing was written")
+        if found.st_size > cap and not head:
+            raise Refused(f"{shown} is {found.st_size} bytes, more than the {cap} this "
+                          "project reads of such a file; refused, nothing was written")
         yield stream
 
 
-def read_regular(path: Path, cap: int = FILE_CAP) -> bytes:
+def read_regular(path: Path, cap: int = FILE_CAP, dir_fd: Optional[int] = None,
+                 shown: Optional[Path] = None, head: bool = False) -> bytes:
     """The bytes of `path` (see open_regular), read up to `cap`: a file that
-    grows while it is read is cut there and refused."""
-    with open_regular(path, cap) as stream:
-        data = stream.read(cap + 1)
+    grows while it is read is cut there and refused (with `head`, its
+    first `cap` bytes)."""
+    shown = shown or path
+    with open_regular(path, cap, dir_fd, shown, head) as stream:
+        return read_capped(stream, shown, cap, head)
+
+
+def read_capped(stream: BinaryIO, shown: Path, cap: int, head: bool = False) -> bytes:
+    """What `stream` holds, up to `cap` bytes: more is refused (with `head`,
+    cut there)."""
+    data = stream.read(cap if head else cap + 1)
     if len(data) > cap:
-        raise Refused(f"{path} grew past {cap} bytes while it was read; refused, nothing "
+        raise Refused(f"{shown} grew past {cap} bytes while it was read; refused, nothing "
                       "was written")
     return data
 
@@ -299,19 +317,33 @@ def untrusted_cache_part(cache: Path) -> Optional[str]:
                         f"mode {stat.filemode(found.st_mode)}")
     if not cache.exists():
         return None
-    walked = [cache.resolve()]
-    walked += [cache.resolve() / part for part in CACHE_SUBTREES]
-    for top in walked:
-        for directory, folders, files in os.walk(top) if top.is_dir() else ():
-            for name in [""] + folders + files:
-                entry = Path(directory) / name
-                found = entry.lstat()
-                if found.st_uid != me:
-                    return f"{entry} is owned by uid {found.st_uid}, not by uid {me}"
-                if stat.S_ISDIR(found.st_mode) and found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                    return f"{entry} is writable by others (mode {stat.filemode(found.st_mode)})"
-            if top == walked[0]:
-                break  # the cache's top level only; its subtrees are walked whole
+    top = cache.resolve()
+    return (foreign_entry([top, *top.iterdir()], (me,), f"uid {me}")
+            or next(filter(None, (foreign_entry(walked(top / part), (me,), f"uid {me}")
+                                  for part in CACHE_SUBTREES if (top / part).is_dir())), None))
+
+
+def walked(top: Path) -> Iterator[Path]:
+    """`top` and everything below it, never through a link."""
+    for directory, folders, files in os.walk(top):
+        yield from (Path(directory) / name for name in ["", *folders, *files])
+
+
+def foreign_entry(entries: Iterable[Path], owners: Tuple[int, ...], whom: str,
+                  files_only: bool = False) -> Optional[str]:
+    """The first of `entries` another user could have put there or could
+    change, and why: owned by a uid not in `owners` (`whom` says who may
+    own them), or a directory others may write to; with `files_only`, also
+    an entry neither a directory nor a regular file. None if there is none."""
+    for entry in entries:
+        found = entry.lstat()
+        if files_only and not (stat.S_ISDIR(found.st_mode) or stat.S_ISREG(found.st_mode)):
+            return f"{entry} is a {kind_of(found.st_mode)}"
+        if found.st_uid not in owners:
+            return f"{entry} is owned by uid {found.st_uid}, not by {whom}"
+        if stat.S_ISDIR(found.st_mode) and found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return (f"{entry} is a directory others may write to (mode "
+                    f"{stat.filemode(found.st_mode)})")
     return None
 
 

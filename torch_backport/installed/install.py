@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from torch_backport.infra import record
-from torch_backport.infra.dirfd import Dir, owner_of
-from torch_backport.infra.fsio import kind_of, read_regular
+from torch_backport.infra.dirfd import Dir
+from torch_backport.infra.fsio import foreign_entry, owner_of, read_regular, walked
 from torch_backport.infra.errors import Refused
 from torch_backport.infra.git import git_blob_id
 from torch_backport.installed.records import Built, BUILT_NAME, BuiltTopic, Manifest
@@ -276,22 +276,11 @@ def untrusted_state(install: Install) -> Optional[str]:
     is put back into the install by rename, so one that a third user could
     have replaced must never be used. (A backup's bytes are checked against
     RECORD besides.)"""
-    owners = install.trusted_owners()
     if not install.state_dir.exists():
         return None
-    for directory, folders, files in os.walk(install.state_dir):
-        for name in ["", *folders, *files]:
-            entry = Path(directory) / name
-            found = entry.lstat()
-            if not (stat.S_ISDIR(found.st_mode) or stat.S_ISREG(found.st_mode)):
-                return f"{entry} is a {kind_of(found.st_mode)}"
-            if found.st_uid not in owners:
-                return (f"{entry} is owned by uid {found.st_uid}, neither root nor the "
-                        f"install's owner (uid {owners[1]})")
-            if stat.S_ISDIR(found.st_mode) and found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                return (f"{entry} is a directory others may write to (mode "
-                        f"{stat.filemode(found.st_mode)})")
-    return None
+    owners = install.trusted_owners()
+    return foreign_entry(walked(install.state_dir), owners,
+                         f"root or the install's owner (uid {owners[1]})", files_only=True)
 
 
 def refuse_untrusted_state(install: Install) -> None:

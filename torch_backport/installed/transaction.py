@@ -31,8 +31,9 @@ from typing import Dict, List, Optional, Tuple
 from torch_backport.infra import record
 from torch_backport.patchset.driver import Say
 from torch_backport.infra.errors import Refused
-from torch_backport.infra.dirfd import Dir, owner_of, parent_and_name
-from torch_backport.infra.fsio import fault_point, free_kb, refuse_link, refuse_links_below
+from torch_backport.infra.dirfd import Dir, parent_and_name
+from torch_backport.infra.fsio import (fault_point, free_kb, owner_of, refuse_link,
+                                       refuse_links_below)
 from torch_backport.patchset.identify import topic_files
 from torch_backport.installed.install import (APPLIED, BACKUPS, Install, MANIFEST,
                                               pycache_is_a_directory, pycache_of,

@@ -336,6 +336,11 @@ def ensure_servers(logs: Path) -> None:
 def prepare_environment() -> None:
     """What every process of the run inherits."""
     os.environ["PYTORCH_PRINT_REPRO_ON_FAILURE"] = "0"
+    # The jobs start the tool (a launcher and an engine, each importing the
+    # package) thousands of times: with bytecode written once (the checkout
+    # ignores __pycache__), none of them compiles the package anew. Measured
+    # here: 0.50 s of CPU an apply.sh run instead of 0.56 s.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     # The tests start apply.sh (whose launcher is `python3`) hundreds of
     # times. Where python3 is a version manager's shim (pyenv's costs 0.3 s a
     # call here) they get the interpreter the shim ran, first on PATH.

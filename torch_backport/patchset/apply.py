@@ -47,8 +47,8 @@ def _apply_each_once(pristine_items: Tuple[Tuple[str, bytes], ...], patches: Tup
     versions: List[Tuple[Tuple[str, bytes], ...]] = []
     with tempfile.TemporaryDirectory(prefix="pregrad-apply-") as tmp:
         # A repository of its own, so git never resolves paths against an
-        # enclosing checkout.
-        git = init_scratch(Path(tmp))
+        # enclosing checkout; no one but this process works in it.
+        git = init_scratch(Path(tmp), for_people=False)
         write_tree(git, pristine)
         for patch in patches:
             result = git("apply", "--verbose", "--whitespace=nowarn", str(patch.path),

@@ -1,6 +1,6 @@
 """What new-base gives each topic of a release: the release's files (an
 install's, or the wheel's by byte range: torch_backport/installed/pristine.py and
-wheels.py), then a base's row when they are that base's files, "has it"
+torch_backport/download/ranged.py), then a base's row when they are that base's files, "has it"
 when the change is upstream, else a replay of the nearest base's series
 (maint/replay.py) staged for writing (maint/write.py), or a conflict left
 for a person."""

@@ -32,7 +32,7 @@ from torch_backport.installed.state import State, Status
 from torch_backport.patchset.series import primary_topic, select_topics, Topic
 from torch_backport.installed.status import inspect
 
-if TYPE_CHECKING:  # verify_cells imports torch: only once the process is isolated
+if TYPE_CHECKING:  # verify/cells.py imports torch: only once the process is isolated
     from torch_backport.verify.cells import Cell, CellSpec
 
 CACHE_PREFIX = "torch-backport-verify-"

@@ -206,17 +206,17 @@ def install_pins(python: Path, version: str, env: Dict[str, str], log: TextIO) -
     """torchao and torchvision as test/*.tsv pin them, --no-deps so that they
     can never move torch (torchao publishes no torch requirement); where a pin
     is "none", no such distribution at all."""
+    wanted: List[str] = []
     for dist, table in (("torchao", TORCHAO_PINS), ("torchvision", TORCHVISION_PINS)):
         pin = pinned(table, version)
         if pin.version != "none":
-            if not install_from_wheelhouse(python, [f"{dist}=={pin.version}"], env, log,
-                                           no_deps=True):
-                return False
+            wanted.append(f"{dist}=={pin.version}")
         elif subprocess.run([str(python), "-m", "pip", "show", dist],
                             capture_output=True).returncode == 0:
             if not run_into(log, [python, *QUIET_PIP, "uninstall", "-y", dist], env):
                 return False
-    return True
+    # Both pins in one `pip download` and one `pip install`: two pip starts a venv fewer.
+    return not wanted or install_from_wheelhouse(python, wanted, env, log, no_deps=True)
 
 
 def update_in_place(venv: Path, version: str, env: Dict[str, str], log: TextIO) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import unittest
 from pathlib import Path
@@ -64,8 +65,7 @@ class RealInstallRoundTripTest(unittest.TestCase):
         self.copy = scratch / "venv"
         subprocess.run(["cp", "-al", str(venv), str(self.copy)], check=True)
         self.python = str(self.copy / "bin" / "python")
-        self.site = run(sys.executable, "-c", "import sysconfig; "
-                        "print(sysconfig.get_paths()['purelib'])").stdout.strip()
+        self.site = sysconfig.get_paths()["purelib"]  # this venv's: the copy's counterpart
 
     def record_mismatches(self, python: str, reference: str | None = None) -> list[str]:
         """The RECORD's files that do not have their recorded bytes; with

@@ -34,12 +34,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, TextIO
+from typing import Iterator, List, Optional, Sequence, TextIO, Tuple
 
-from maint import choose, grammar, request as grammar_of, update_docs, write
+from maint import choose, grammar, release_tier, request as grammar_of, update_docs, write
 from maint.choose import Outcome, Run
 from maint.request import Request
-from torch_backport.infra import tables
+from torch_backport.infra import git as infra_git, tables
 from torch_backport.download import transport
 from torch_backport.infra.errors import Refused, UsageError
 from torch_backport.infra.paths import shown
@@ -51,6 +51,7 @@ from torch_backport.download.release_wheels import MB, received_line
 CLONE = Path(__file__).resolve().parents[1]
 INTERRUPTED = "interrupted; patches/ is as it was unless a 'wrote' line says otherwise"
 NEW_RELEASE_SERVED = 3  # --latest: a new release got its series or row, to test and merge
+UPSTREAM_FIXED = 4  # the tier found the stock release's results right
 
 
 def served(request: Request, patches: Store) -> int:
@@ -136,13 +137,15 @@ def run(request: Request) -> int:
     patches = store(request.patches)
     if request.served:
         return served(request, patches)
+    if request.branch:
+        refuse_changed_work_tree(request.patches)
     if request.latest:
         return latest(request, patches)
-    if request.report is None:
-        return serve(request, patches)
     with recorded() as lines:
         code = serve(request, patches)
-    write_report(request.report, request.release, outcome_of(code, request.check), lines)
+        code, outcome, tier = after_serving(request, patches, request.release, code, code)
+    if request.report is not None:
+        write_report(request.report, request.release, outcome, lines, tier)
     return code
 
 
@@ -153,6 +156,7 @@ def latest(request: Request, patches: Store) -> int:
     newest, why = simple_index.newest_final_release(pip_config.load(), transport.shared())
     if newest is None:
         raise Refused(f"--latest: {why}; nothing was written")
+    tier: Optional[release_tier.Tier] = None
     with recorded() as lines:
         if newest in tables.read_candidates(patches.root):
             print(f"nothing new: {newest} is a candidate (its series is written; "
@@ -172,12 +176,77 @@ def latest(request: Request, patches: Store) -> int:
         else:
             print(f"new: torch {newest} is on the index and not in "
                   f"{shown(row_path(patches))}")
-            code = serve(dataclasses.replace(request, release=newest, latest=False), patches)
-            outcome = outcome_of(code, request.check)
-            code = NEW_RELEASE_SERVED if code == 0 else code
+            served_request = dataclasses.replace(request, release=newest, latest=False)
+            code = serve(served_request, patches)
+            code, outcome, tier = after_serving(served_request, patches, newest, code,
+                                                NEW_RELEASE_SERVED)
     if request.report is not None:
-        write_report(request.report, newest, outcome, lines)
+        write_report(request.report, newest, outcome, lines, tier)
     return code
+
+
+def after_serving(request: Request, patches: Store, release: str, code: int,
+                  served_code: int) -> Tuple[int, str, Optional[release_tier.Tier]]:
+    """The release tier (--tier) and the branch (--branch) after `serve`
+    returned `code`: the exit status, the outcome and the tier run."""
+    if code != 0 or request.check:
+        return code or served_code, outcome_of(code, request.check), None
+    tier = None
+    outcome = release_tier.SERVED_CANDIDATE
+    if request.tier != "none":
+        tier = release_tier.run(release, request.tier,
+                                cache_dir() / "new-base" / f"v{release}" / "tier")
+        outcome = tier.outcome
+        print(f"{request.tier} tier: {outcome}: {tier.why}")
+        print(f"  matrix: {release_tier.summary_line(tier)}")
+        if outcome == release_tier.SERVED_CANDIDATE and tier.level == "full":
+            served(dataclasses.replace(request, release=release), patches)
+    if outcome == release_tier.SERVED_CANDIDATE and request.branch:
+        commit_on_branch(request, release, tier)
+    return {release_tier.SERVED_CANDIDATE: served_code,
+            release_tier.UPSTREAM_FIXED: UPSTREAM_FIXED}.get(outcome, 1), outcome, tier
+
+
+BRANCHED = ("README.md", "docs")  # besides --patches: what update-docs writes
+
+
+def work_tree_of(patches: Path) -> Path:
+    found = infra_git.run_to_the_end(["git", "-C", str(patches), "rev-parse",
+                                      "--show-toplevel"])
+    if found.returncode != 0:
+        raise Refused(f"--branch: {shown(patches)} is not in a git work tree; nothing was "
+                      "written")
+    return Path(found.stdout.strip())
+
+
+def refuse_changed_work_tree(patches: Path) -> None:
+    """--branch commits only what this run writes: the work tree starts clean."""
+    repo = work_tree_of(patches)
+    changed = infra_git.checkout(repo)("status", "--porcelain", "--untracked-files=all",
+                                       "--", str(patches), *BRANCHED).stdout.splitlines()
+    if changed:
+        raise Refused(f"--branch: {shown(repo)} has changes under {shown(patches)}, the README "
+                      f"or docs/ ({changed[0].strip()}{', ...' if len(changed) > 1 else ''}); "
+                      "commit or stash them first; nothing was written")
+
+
+def commit_on_branch(request: Request, release: str,
+                     tier: Optional[release_tier.Tier]) -> None:
+    """One commit of what was written, on a new branch day-one/torch-RELEASE."""
+    repo = work_tree_of(request.patches)
+    git = infra_git.checkout(repo)
+    branch = f"day-one/torch-{release}"
+    git("switch", "-q", "-c", branch)
+    git("add", "-A", "--", str(request.patches),
+        *[name for name in BRANCHED if (repo / name).exists()])
+    matrix = (f"The {tier.level} tier: {release_tier.summary_line(tier)}; --verify holds "
+              "patched." if tier is not None else "No tier was run (--tier none).")
+    git("commit", "-q", "-m", f"Serve torch {release} (scripts/new-base)\n\n"
+        f"Written by scripts/new-base{' --latest' if request.latest else ''}: the series "
+        f"replayed onto torch {release}'s files, its patches/releases.tsv row and the "
+        f"docs.\n\n{matrix}\n")
+    head = git("rev-parse", "--short", "HEAD").stdout.strip()
+    print(f"committed {head} on branch {branch} of {shown(repo)}")
 
 
 def outcome_of(code: int, check: bool) -> str:
@@ -215,20 +284,31 @@ def recorded() -> Iterator[List[str]]:
         keeper.lines.append(keeper.partial)
 
 
-def write_report(path: Path, release: str, outcome: str, lines: List[str]) -> None:
+def write_report(path: Path, release: str, outcome: str, lines: List[str],
+                 tier: Optional[release_tier.Tier] = None) -> None:
     """The Markdown a pull request or an issue takes as its body."""
     text = (f"# torch {release}: {outcome}\n\n"
             f"`scripts/new-base` on {datetime.date.today().isoformat()}:\n\n```\n"
             + "\n".join(lines) + "\n```\n\n"
+            + (release_tier.report_sections(tier) + "\n" if tier is not None else "")
             + NEXT_STEPS.get(outcome, "").format(release=release))
     atomic_write(path, text.encode(), 0o644)
 
 
 NEXT_STEPS = {
-    "served-candidate": (
+    release_tier.SERVED_CANDIDATE: (
         "Next: `scripts/test.sh --releases {release}` (stock and patched), then "
         "`scripts/new-base {release} --served`, then merge (docs/patch-contract.md, "
-        "\"Day one of a new release\").\n"),
+        "\"Day one of a new release\"). Where the tier above passed in full, only the merge "
+        "is left: its CI runs the whole matrix.\n"),
+    release_tier.UPSTREAM_FIXED: (
+        "Next: torch {release} returns eager's numbers in every results cell on its own. "
+        "Drop the results patches from its series (keep the feature's), or serve it by row "
+        "alone where no topic needs a series; docs/results-fixes.md says which patch is "
+        "which.\n"),
+    release_tier.TIER_FAILED: (
+        "Next: read the logs named above; the series is written but not served. Fix the "
+        "series (or the tests), then `scripts/test.sh --releases {release}`.\n"),
     "conflict": (
         "Next: finish each conflicting patch in the scratch repository named above "
         "(`git add`, `git am --continue`), then run `scripts/new-base {release}` again "

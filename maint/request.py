@@ -9,17 +9,19 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from maint import grammar
+from maint.release_tier import LEVELS
 from torch_backport.options import Parser
 from torch_backport.infra.errors import UsageError
 from torch_backport.infra.paths import REPO
 
 PROG = "new-base"
 USAGE = """\
-Usage: scripts/new-base RELEASE [--from BASE] [--topic T]... [--python PY]
+Usage: scripts/new-base RELEASE [--from BASE] [--topic T]... [--python PY] [--tier LEVEL] [--branch]
                         [--base-python V=PY]... [--check] [--patches DIR] [--scratch DIR]
                         [--report FILE]
        scripts/new-base RELEASE --served [--check] [--patches DIR]
-       scripts/new-base --latest [--report FILE] [--check] [--patches DIR]
+       scripts/new-base --latest [--tier LEVEL] [--branch] [--report FILE] [--check]
+                        [--patches DIR]
        scripts/new-base --help
 
 Serves torch RELEASE (e.g. 2.16.0): for each topic (patches/topics.tsv; or
@@ -67,9 +69,25 @@ scripts/update-docs and scripts/check-patches on what it wrote.
                      "nothing new: X is served" (or "X is a candidate"),
                      exit 0; else serve it as above, exit 3 when every
                      topic got a series, a row or "has it"
+  --tier LEVEL       after writing, run the release tier (maint/release_tier.py):
+                     full (the default with --latest) or short
+                     (`scripts/test.sh --releases RELEASE [--short]`, which
+                     makes its venvs), then `apply.sh --verify` on the stock
+                     venv and on a patched copy; none skips it (the default
+                     without --latest). It decides the outcome:
+                     served-candidate (matrix and patched --verify pass; a
+                     full tier also takes RELEASE off candidates.tsv),
+                     upstream-fixed (stock --verify finds no results defect:
+                     propose dropping the results patches), tier-failed
+  --branch           served-candidate: commit what was written (patches/, the
+                     README, docs/) as one commit, with the matrix's summary,
+                     on a new branch day-one/torch-RELEASE of the clone
+                     holding --patches; refuses a work tree with changes
   --report FILE      also write what was found as Markdown to FILE (a pull
                      request's or an issue's body): the release, the
                      outcome, where its files came from and each topic's
+                     lines, and with a tier its matrix table and both
+                     --verify tables
   --patches DIR      the patches directory to read and write (default: the
                      clone's patches/); update-docs runs only on the clone's
   --scratch DIR      where scratch repositories go (default:
@@ -79,8 +97,9 @@ A maintainer command of a clone: an installed torch-backport has no
 new-base.
 Exit codes: 0 every topic served (written, a base's row, or has it), or
 --latest found nothing new; 1 a topic stopped at a conflict (the others
-were written) or a refusal (nothing written); 2 usage error; 3 --latest
-served a new release (a candidate to test and merge); 130 interrupted.
+were written), a refusal (nothing written) or a failed tier; 2 usage
+error; 3 --latest served a new release (served-candidate: to merge); 4
+upstream-fixed (the tier found the stock release right); 130 interrupted.
 """
 
 NEEDS = {
@@ -91,6 +110,7 @@ NEEDS = {
     "--patches": "--patches needs a directory",
     "--scratch": "--scratch needs a directory",
     "--report": "--report needs a file to write",
+    "--tier": "--tier needs a level: full, short or none",
 }
 
 
@@ -107,6 +127,8 @@ class Request:
     scratch: Optional[Path]
     latest: bool = False  # `release` is "" until the index names it
     report: Optional[Path] = None
+    tier: str = "none"  # release_tier.LEVELS
+    branch: bool = False
 
 
 def parser() -> Parser:
@@ -121,6 +143,8 @@ def parser() -> Parser:
     made.add_argument("--scratch")
     made.add_argument("--latest", action="store_true")
     made.add_argument("--report")
+    made.add_argument("--tier")
+    made.add_argument("--branch", action="store_true")
     return made
 
 
@@ -158,8 +182,16 @@ def read(argv: Sequence[str]) -> Optional[Request]:
         raise UsageError(f"{patches} has no topics.tsv: not a patches directory")
     if known.latest and (positional or known.served):
         raise UsageError("--latest asks the index for the RELEASE: name none, and no --served")
+    tier = known.tier or ("full" if known.latest and not known.check else "none")
+    if tier not in LEVELS:
+        raise UsageError(f"--tier is full, short or none, not {tier!r}")
+    if tier != "none" and (known.check or known.served):
+        raise UsageError("--tier runs the matrix on what was written: not with --check "
+                         "or --served")
+    if known.branch and (known.check or known.served):
+        raise UsageError("--branch commits what was written: not with --check or --served")
     return Request("" if known.latest else release_named(positional), from_base,
                    [part for value in known.topics for part in value.split(",") if part],
                    known.python, base_pythons(known.base_pythons), known.check, known.served,
                    patches, Path(known.scratch) if known.scratch else None, known.latest,
-                   Path(known.report) if known.report else None)
+                   Path(known.report) if known.report else None, tier, known.branch)

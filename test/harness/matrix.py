@@ -1,4 +1,5 @@
 """Usage: scripts/test.sh [--releases 2.11.0,2.14.1] [--list] [-- PYTEST_ARGS ...]
+       scripts/test.sh --releases LIST --short [--list]
        scripts/test.sh --quick
        scripts/test.sh --help
 (scripts/test.sh runs `python3 test/harness/matrix.py`.)
@@ -69,6 +70,10 @@ $PREGRAD_LOGS (default: test-logs/ in the repository), not to the terminal.
                  minutes with the venvs in place): the tool suite without its
                  slow tests, and the short tier of 2.11.0 and 2.15.0, stock
                  and patched (stock 2.12.0's venv too, for the tool suite).
+--short          only the short tier of each release --releases names
+                 (--verify's suite on the newest): no tool suite, wheel or
+                 rehearsal. For new-base's day-one rehearsal, whose files
+                 the gate's own matrix gives the full tier; not the gate.
 --list           print the planned jobs, one JSON object a line (name, build,
                  python, argv, env, release, expected_s: the wall time of the
                  job's last run, null if never timed), and run nothing: no venv is made,
@@ -107,7 +112,7 @@ import durations  # noqa: E402
 import venvs  # noqa: E402
 from disk_watch import DiskWatch  # noqa: E402
 from matrix_jobs import (QUICK_RELEASES, WHEEL_RELEASE, Build, Job, SetupFailed,  # noqa: E402
-                         Tier, plan, quick_plan)
+                         Tier, plan, quick_plan, short_plan)
 from matrix_report import bounds, table, verdicts, wall_times  # noqa: E402
 from matrix_scheduler import PytestRunner, Scheduler  # noqa: E402
 
@@ -130,10 +135,11 @@ class Options:
     pytest_args: List[str]
     list_only: bool = False
     quick: bool = False
+    short: bool = False
 
 
 def parse(argv: Sequence[str], served: Sequence[str]) -> Options:
-    releases, list_only = list(served), False
+    releases, list_only, short = list(served), False, False
     rest = list(argv)
     while rest:
         argument = rest.pop(0)
@@ -148,15 +154,19 @@ def parse(argv: Sequence[str], served: Sequence[str]) -> Options:
             raise HelpWanted()
         elif argument == "--list":
             list_only = True
+        elif argument == "--short":
+            short = True
         elif argument == "--quick":
             if len(argv) != 1:
                 raise UsageError("test.sh: --quick takes no other argument")
             return Options(list(QUICK_RELEASES), [], quick=True)
         elif argument == "--":
+            if short:
+                raise UsageError("test.sh: --short takes no PYTEST_ARGS")
             return Options(checked(releases, served), rest, list_only)
         else:
             raise UsageError(f"test.sh: unknown argument: {argument} (see --help)")
-    return Options(checked(releases, served), [], list_only)
+    return Options(checked(releases, served), [], list_only, short=short)
 
 
 def checked(releases: List[str], served: Sequence[str]) -> List[str]:
@@ -294,7 +304,10 @@ class PredictedSetup:
 def list_plan(options: Options) -> int:
     planned: List[Job] = []
     try:
-        plan(options.releases, options.pytest_args, PredictedSetup(), planned.extend)
+        if options.short:
+            short_plan(options.releases, PredictedSetup(), planned.extend)
+        else:
+            plan(options.releases, options.pytest_args, PredictedSetup(), planned.extend)
     except SetupFailed as failure:
         print(f"test.sh: {failure}", file=sys.stderr)
         return 1
@@ -373,7 +386,9 @@ def run(options: Options) -> int:
         with open(logs / "venvs.log", "a") as venvs_log:
             setup = RealSetup(logs, venvs_log, started)
             tiers = (quick_plan(setup, scheduler.queue_all) if options.quick else
-                     plan(options.releases, options.pytest_args, setup, scheduler.queue_all))
+                     short_plan(options.releases, setup, scheduler.queue_all) if options.short
+                     else plan(options.releases, options.pytest_args, setup,
+                               scheduler.queue_all))
             venvs.drop_wheelhouse(venvs_log)
         setup_seconds = time.monotonic() - started
         runner.setup_done()

@@ -231,7 +231,8 @@ def new_base_job(builds: Dict[str, Build], pytest_args: Sequence[str]) -> Option
         return None
     pythons = ",".join(f"{release}={builds[release].stock}" for release in NEW_BASE_RELEASES)
     return Job("new-base", "tools", builds[TOOLS_STOCK].stock,
-               ["test/tools/test_new_base.py", *pytest_args],
+               ["test/tools/test_new_base.py", "test/tools/test_day_one_rehearsal.py",
+                *pytest_args],
                {**tools_env(builds), "PREGRAD_RELEASE_PYTHONS": pythons})
 
 
@@ -370,6 +371,19 @@ def quick_plan(setup: Setup, queue: Queue) -> Dict[str, Tier]:
         jobs += short_tier(builds[release], [])
     queue([with_run_environment(job) for job in jobs])
     return {release: Tier("short", "--quick") for release in QUICK_RELEASES}
+
+
+def short_plan(selected: Sequence[str], setup: Setup, queue: Queue) -> Dict[str, Tier]:
+    """--short: the short tier of each named release (--verify's suite on the
+    newest), and nothing else: new-base's day-one rehearsal in the gate,
+    whose own matrix gives the same files the full tier."""
+    builds = {release: setup.release(release) for release in setup_order(selected)}
+    newest = max(selected, key=release_numbers)
+    jobs: List[Job] = []
+    for release in selected:
+        jobs += short_tier(builds[release], [], verify=release == newest)
+    queue([with_run_environment(job) for job in jobs])
+    return {release: Tier("short", "--short") for release in selected}
 
 
 def queue_by_tier(selected: Sequence[str], pytest_args: Sequence[str], setup: Setup,

@@ -155,43 +155,6 @@ class NewBaseTest(unittest.TestCase):
         self.assertIn("2.13.0", (self.patches / "candidates.tsv").read_text())
         self.assertIn("scripts/test.sh --releases 2.13.0", made.stdout)
 
-    @unittest.skipUnless(list(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl")),
-                         "needs the machine's torch 2.13.0+cpu wheel in /opt/wheels")
-    def test_latest_serves_a_forgotten_release_from_its_wheel_on_a_local_index(self) -> None:
-        """Day one rehearsed: v2.13.0's series and row forgotten, its real
-        wheel the newest on an index on 127.0.0.1: --latest serves it again
-        by range, exit 3, the series byte for byte the committed one."""
-        from local_servers import Answer, ranges, Running, Seen, Server, simple_page
-        wheel = next(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl"))
-        data = wheel.read_bytes()
-
-        def index(server: Server, seen: Seen) -> Answer:
-            if seen.path.rstrip("/") == "/simple/torch":
-                return 200, {"Content-Type": "application/vnd.pypi.simple.v1+json"}, simple_page(
-                    [(wheel.name, f"/files/{wheel.name.replace('+', '%2B')}")])
-            return ranges(data, seen.headers.get("Range"))
-
-        shutil.rmtree(self.patches / "v2.13.0")
-        rows = self.patches / "releases.tsv"
-        rows.write_text("".join(line for line in rows.read_text().splitlines(keepends=True)
-                                if not line.startswith("2.13.0\t")))
-        report = self.tmp / "day-one.md"
-        with Running(index) as served:
-            made = run(str(NEW_BASE), "--latest", "--topic", "pre-grad-pass-timing",
-                       "--from", "v2.12.0", "--base-python",
-                       f"2.12.0={self.pythons['2.12.0']}", "--report", str(report),
-                       "--patches", str(self.patches), "--scratch", str(self.tmp / "scratch"),
-                       env={**os.environ, "PIP_CONFIG_FILE": os.devnull,
-                            "PIP_INDEX_URL": f"{served.base}/simple",
-                            "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": ""})
-        self.assertEqual(made.returncode, 3, made.stdout + made.stderr)
-        self.assertIn("new: torch 2.13.0 is on the index", made.stdout)
-        self.assertIn("read by range", made.stdout)
-        for name in (REPO / "patches" / "v2.13.0").glob("*.patch"):
-            self.assertEqual(post_images(self.patches / "v2.13.0" / name.name),
-                             post_images(name), name.name)
-        self.assertTrue(report.read_text().startswith("# torch 2.13.0: served-candidate\n"))
-
     def test_a_release_whose_files_are_a_bases_gets_only_its_row(self) -> None:
         rows = self.patches / "releases.tsv"
         rows.write_text("".join(line for line in rows.read_text().splitlines(keepends=True)

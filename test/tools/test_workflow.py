@@ -43,8 +43,8 @@ class DayOneWorkflowTest(unittest.TestCase):
 
     def test_it_runs_latest_and_acts_on_each_documented_exit_status(self) -> None:
         text = WORKFLOW.read_text()
-        self.assertIn("scripts/new-base --latest --report day-one.md", text)
-        self.assertEqual(sorted(set(re.findall(r"status == '(\d)'", text))), ["1", "3"])
+        self.assertIn("scripts/new-base --latest --branch --report day-one.md", text)
+        self.assertEqual(sorted(set(re.findall(r"status == '(\d)'", text))), ["1", "3", "4"])
         self.assertIn("status != '0'", text)
         self.assertNotRegex(text, r"git push[^\n]*\bmain\b")
 

@@ -15,6 +15,7 @@ from typing import Dict, Tuple
 # file, file::Class or file::Class::test -> its markers (beside `tools`).
 MARKS: Dict[str, Tuple[str, ...]] = {
     "test_new_base.py": ("own_job", "needs_torch", "slow"),
+    "test_day_one_rehearsal.py": ("own_job", "needs_torch", "network", "slow"),
     "test_uv_end_to_end.py": ("own_job", "needs_torch", "network", "slow"),
     "test_apply_checkout.py": ("needs_torch",),
     "test_apply_checkout.py::ApplyCheckoutTest::"

@@ -36,7 +36,10 @@ def fn_sub(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 FUNCTIONS = {"fn": fn, "fn_sub": fn_sub}
 
 
-def main(scenarios: list[str]) -> None:
+def run_scenarios(scenarios: list[str]) -> list[dict[str, int]]:
+    """Each scenario compiled in turn, in this process: its pre-grad pass
+    calls and cache counts. The tests about processes run the first process's
+    scenarios in their own process with this, and the second's in a child."""
     x, y = torch.ones(10), torch.ones(10)
     report = []
     for scenario in scenarios:
@@ -55,7 +58,12 @@ def main(scenarios: list[str]) -> None:
             result = torch.compile(function)(x, y)
         assert torch.equal(result, function(x, y)), result
         report.append({"pre_grad_calls": calls[0], **cache_counts()})
-    print(json.dumps(report))
+    torch._dynamo.reset()
+    return report
+
+
+def main(scenarios: list[str]) -> None:
+    print(json.dumps(run_scenarios(scenarios)))
 
 
 if __name__ == "__main__":

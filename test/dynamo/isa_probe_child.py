@@ -1,10 +1,12 @@
-"""Child process of test_cpu_isa_probe.py: one probe scenario per process.
+"""Child process of test_cpu_isa_probe.py: probe scenarios, in turn.
 
-Usage: isa_probe_child.py SCENARIO [FAKE_TORCH_DIR]
+Usage: isa_probe_child.py FAKE_TORCH_DIR SCENARIO=CACHE_DIR [SCENARIO=CACHE_DIR ...]
 
 Each scenario runs Inductor's CPU vector-ISA probe (`valid_vec_isa_list()`,
-`pick_vec_isa()`) once, from the empty functools caches of a new process and
-in the cache directory the test gives it (TORCHINDUCTOR_CACHE_DIR). The probe
+`pick_vec_isa()`) once, from empty functools caches (those of a new process,
+or emptied by isa_probe.forget_probe_answers() after the scenario before it)
+and in a cache directory of its own (TORCHINDUCTOR_CACHE_DIR), with what the
+scenario changes in torch undone after it. The probe
 children (`python -c "...cdll.LoadLibrary(<test library>)"`) are observed by
 wrapping `subprocess.run` and `subprocess.check_call`, which is how the stock
 (`check_call`) and the changed (`run`) probe start them. Scenarios:
@@ -21,10 +23,10 @@ wrapping `subprocess.run` and `subprocess.check_call`, which is how the stock
                    before `import torch`; also reports how a cold dlopen of
                    each probed library fares in that environment
 
-Prints one JSON object as its last line: "answer" (each valid ISA with its
-arch flags and float lanes, and the picked one), "probe_children" (how many
-probe children were started), and per scenario "import_torch_in_child" or
-"cold_load_errors".
+Prints, as its last line, a JSON list with one object per scenario:
+"answer" (each valid ISA with its arch flags and float lanes, and the picked
+one), "probe_children" (how many probe children were started), and per
+scenario "import_torch_in_child" or "cold_load_errors".
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from typing import Any
 import torch
 from torch._inductor import cpu_vec_isa
 from torch._inductor.utils import python_subprocess_env
+
+from isa_probe import forget_probe_answers
 
 # The probe child of torch 2.9-2.12, verbatim.
 PRE_2_13_PROBE_SCRIPT = """
@@ -108,14 +112,13 @@ def last_stderr_line(args: list[str], env: dict[str, str]) -> str | None:
     return None if result.returncode == 0 else result.stderr.strip().splitlines()[-1]
 
 
-def main(scenario: str, fake_torch_dir: str | None) -> None:
+def run_scenario(scenario: str, fake_torch_dir: str) -> dict[str, object]:
     report: dict[str, object] = {}
     if scenario == "reference":
         cpu_vec_isa.VecISA._avx_py_load = PRE_2_13_PROBE_SCRIPT
         # Unused by torch 2.9-2.12; from 2.13 the probe child's environment.
         cpu_vec_isa.VecISA._build_probe_env = staticmethod(python_subprocess_env)
     elif scenario == "no_torch":
-        assert fake_torch_dir is not None
         # python_subprocess_env() gives the children this as PYTHONPATH.
         os.environ["TORCH_CUSTOM_PYTHONPATH"] = os.pathsep.join([fake_torch_dir, *sys.path])
         report["import_torch_in_child"] = last_stderr_line(
@@ -137,8 +140,40 @@ def main(scenario: str, fake_torch_dir: str | None) -> None:
             if error is not None:
                 errors.add(error)
         report["cold_load_errors"] = sorted(errors)
-    print(json.dumps(report))
+    return report
+
+
+@contextlib.contextmanager
+def scenario_undone(cache_dir: str) -> Iterator[None]:
+    """The scenario in `cache_dir`, from empty probe caches; what it changes
+    in VecISA and the environment is put back after it."""
+    changed = ("_avx_py_load", "_build_probe_env")
+    saved = {name: cpu_vec_isa.VecISA.__dict__[name] for name in changed
+             if name in cpu_vec_isa.VecISA.__dict__}
+    environ = dict(os.environ)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+    forget_probe_answers()
+    try:
+        yield
+    finally:
+        for name in changed:
+            if name in saved:
+                setattr(cpu_vec_isa.VecISA, name, saved[name])
+            elif name in cpu_vec_isa.VecISA.__dict__:
+                delattr(cpu_vec_isa.VecISA, name)
+        os.environ.clear()
+        os.environ.update(environ)
+        forget_probe_answers()
+
+
+def main(fake_torch_dir: str, scenarios: list[str]) -> None:
+    reports = []
+    for item in scenarios:
+        scenario, _, cache_dir = item.partition("=")
+        with scenario_undone(cache_dir):
+            reports.append(run_scenario(scenario, fake_torch_dir))
+    print(json.dumps(reports))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
+    main(sys.argv[1], sys.argv[2:])

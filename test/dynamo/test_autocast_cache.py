@@ -30,6 +30,7 @@ from torch._functorch import config as functorch_config
 from torch._inductor import config as inductor_config
 from torch._inductor.test_case import TestCase
 
+from autocast_child import run_under
 from autocast_models import aot_counts, matmul_in_region, matmul_relu, operands, RotaryStyle
 from pregrad_passes import child_environment
 
@@ -111,7 +112,8 @@ class AutocastCacheTests(TestCase):
 
     def test_processes_sharing_a_cache_get_their_own_autocast_dtype(self) -> None:
         """A second process under float16 on the cache a bfloat16 process
-        filled misses, in both forms, and returns float16."""
+        filled misses, in both forms, and returns float16. The first process
+        is this one (its cache directory is the child's)."""
         env = child_environment(HERE)  # carries the cache dir, emptied for this test
 
         def run_child(dtype: str) -> list[dict[str, object]]:
@@ -121,7 +123,7 @@ class AutocastCacheTests(TestCase):
             return json.loads(result.stdout.splitlines()[-1])
 
         cold = {"equals_eager": True, "hit": 0, "miss": 1, "bypass": 0}
-        self.assertEqual(run_child("bfloat16"), [
+        self.assertEqual(run_under("bfloat16"), [
             {"form": "region", "dtype": "bfloat16", **cold},
             {"form": "call_site", "dtype": "bfloat16", **cold},
         ])

@@ -8,9 +8,12 @@ retries after `import torch` when the cold dlopen fails (#189900) and leaves a
 
 Every probe is real: the test libraries are compiled and loaded, nothing in
 torch is replaced but the probe script or environment a scenario is about.
-A scenario runs in its own process (isa_probe_child.py; the probe's results
-are functools-cached per process) with its own new TORCHINDUCTOR_CACHE_DIR,
-so no marker or compiled library carries over; each runs once per class.
+The first run of every scenario is one child process (isa_probe_child.py),
+the scenarios one after another, each from emptied functools caches (where
+the probe keeps its answers) with what it changed in torch undone after it,
+and each in a new TORCHINDUCTOR_CACHE_DIR of its own, so no marker or
+compiled library carries over; a second run of a scenario (the warm start)
+is a process of its own. Each runs once per class.
 The class runs the real probe (isa_probe.real_probe()), where the other
 suites take the ISAs /proc/cpuinfo lists (TORCHINDUCTOR_VEC_ISA_OK=1); one
 test checks that the two answers agree here.
@@ -30,6 +33,7 @@ import sys
 import contextlib
 import tempfile
 import unittest
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -42,6 +46,8 @@ from isa_probe import forget_probe_answers, real_probe
 from isa_probe_child import describe
 
 HERE = Path(__file__).resolve().parent
+# Every scenario's first run, in one child process (isa_probe_child.py).
+FIRST_RUNS = ("reference", "no_torch", "broken_lib_path")
 FAKE_TORCH_MESSAGE = "the ISA probe child imported torch"
 NO_LIBTORCH_CPU = (
     "OSError: libtorch_cpu.so: cannot open shared object file: No such file or directory"
@@ -77,21 +83,27 @@ class CpuIsaProbeTests(TestCase):
     def scenario(self, name: str, run: int = 1) -> dict:
         """The report of the `run`-th process of scenario `name` (see
         isa_probe_child.py), all of whose processes share one cache dir.
-        Each process runs once per class, the first ones first."""
-        runs = self._runs.setdefault(name, [])
+        The first run of every scenario is one process, each from empty probe
+        caches in a cache dir of its own; a later run is a process of its own.
+        Each runs once per class."""
+        if not self._runs:
+            self._runs.update((scenario, [report]) for scenario, report in zip(
+                FIRST_RUNS, self.child_process(FIRST_RUNS)))
+        runs = self._runs[name]
         while len(runs) < run:
-            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(self.root / f"cache-{name}"))
-            result = subprocess.run(
-                [sys.executable, str(HERE / "isa_probe_child.py"), name,
-                 str(self.root / "fake-torch")],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            self.assertEqual(result.returncode, 0, result.stderr[-4000:])
-            runs.append(json.loads(result.stdout.splitlines()[-1]))
+            runs += self.child_process([name])
         return runs[run - 1]
+
+    def child_process(self, scenarios: Sequence[str]) -> list[dict]:
+        result = subprocess.run(
+            [sys.executable, str(HERE / "isa_probe_child.py"), str(self.root / "fake-torch"),
+             *(f"{name}={self.root / f'cache-{name}'}" for name in scenarios)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        self.assertEqual(result.returncode, 0, result.stderr[-4000:])
+        return json.loads(result.stdout.splitlines()[-1])
 
     def reference(self) -> dict:
         """The answer of the probe before 2.13, whose child imports torch."""

@@ -116,5 +116,31 @@ class PlantedLinksTest(unittest.TestCase):
         self.assertEqual(self.secrets(), {"file": ROOT_ONLY})
 
 
+class PreThreeElevenRemovalTest(unittest.TestCase):
+    """dirfd.walk_and_remove, what --revert and the overlay remove a tree
+    with where the target interpreter predates shutil.rmtree(dir_fd=)
+    (Python 3.9, 3.10; the matrix's 3.10 row runs it for real)."""
+
+    def test_the_tree_goes_and_a_linked_directory_keeps_what_it_holds(self) -> None:
+        from torch_backport.infra.dirfd import walk_and_remove
+        root = Path(tempfile.mkdtemp(prefix="pregrad-walk-"))
+        self.addCleanup(shutil.rmtree, root, True)
+        outside = root / "outside"
+        outside.mkdir()
+        (outside / "kept").write_bytes(ROOT_ONLY)
+        tree = root / "tree"
+        (tree / "a" / "b").mkdir(parents=True)
+        (tree / "a" / "b" / "file").write_bytes(b"x")
+        (tree / "file").write_bytes(b"y")
+        (tree / "a" / "linked-dir").symlink_to(outside)
+        (tree / "linked-file").symlink_to(outside / "kept")
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            walk_and_remove(fd, "tree")
+        finally:
+            os.close(fd)
+        self.assertEqual(sorted(os.listdir(root)), ["outside"])
+        self.assertEqual((outside / "kept").read_bytes(), ROOT_ONLY)
+
 if __name__ == "__main__":
     unittest.main()

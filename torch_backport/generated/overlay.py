@@ -15,14 +15,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
-import shutil
 import stat
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from torch_backport.patchset.driver import release_series
-from torch_backport.infra.dirfd import Dir, parent_and_name
+from torch_backport.infra.dirfd import Dir, parent_and_name, remove_tree_at
 from torch_backport.infra.fsio import (fault_point, is_our_temp, read_regular, refuse_link,
                                        refuse_links_below)
 from torch_backport.installed.install import find_install
@@ -162,7 +161,7 @@ def write_overlay(made: Overlay, out: Path) -> None:
                 swap_in(top, staged, previous, new_files)
         finally:
             try:
-                shutil.rmtree(staging, dir_fd=top.fd)
+                remove_tree_at(top.fd, staging)
             except OSError:
                 pass
 

@@ -12,7 +12,8 @@ a link or a file of the wrong type met on the way is refused by name. This
 is what systemd's `chase()` does with `openat(O_PATH|O_NOFOLLOW)` per
 component, and the fix of Rust's `remove_dir_all` for CVE-2022-21658
 (`unlinkat` relative to a directory opened without following links);
-`shutil.rmtree(dir_fd=)` is the standard library's version of the latter.
+`shutil.rmtree(dir_fd=)` (Python 3.11+; remove_tree_at walks the same way
+before) is the standard library's version of the latter.
 
 Every write, rename and removal takes a fault step (fsio.fault_point)
 first, as fsio's path-based primitives do."""
@@ -24,6 +25,7 @@ import os
 import secrets
 import shutil
 import stat
+import sys
 from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Tuple
 
@@ -229,10 +231,10 @@ class Dir:
         os.unlink(name, dir_fd=self.fd)
 
     def remove_tree(self, name: str) -> None:
-        """`name` and all it holds, by descriptor all the way down
-        (shutil.rmtree's fd-based walk: it never follows a link)."""
+        """`name` and all it holds, by descriptor all the way down (never
+        following a link): remove_tree_at."""
         fault_point(self.path / name)
-        shutil.rmtree(name, dir_fd=self.fd)
+        remove_tree_at(self.fd, name)
 
     def leftover_temps(self, target: str) -> Iterator[str]:
         """The temporary files a killed run left beside `target`."""
@@ -241,6 +243,32 @@ class Dir:
             if is_our_temp(name, target) and found is not None and not stat.S_ISDIR(
                     found.st_mode):
                 yield name
+
+
+def remove_tree_at(dir_fd: int, name: str) -> None:
+    """`shutil.rmtree(name, dir_fd=dir_fd)`, which Python 3.11 added;
+    walk_and_remove where the target interpreter is older (3.9, 3.10)."""
+    if sys.version_info >= (3, 11):
+        shutil.rmtree(name, dir_fd=dir_fd)
+    else:
+        walk_and_remove(dir_fd, name)
+
+
+def walk_and_remove(dir_fd: int, name: str) -> None:
+    """rmtree's walk by descriptor: each directory opened without following
+    a link, each entry removed relative to it, the directory last."""
+    fd = os.open(name, OPEN_DIRECTORY, dir_fd=dir_fd)
+    try:
+        with os.scandir(fd) as listed:
+            entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listed]
+        for entry_name, is_directory in entries:
+            if is_directory:
+                walk_and_remove(fd, entry_name)
+            else:
+                os.unlink(entry_name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dir_fd)
 
 
 def parent_and_name(site: Dir, rel: str, make_mode: Optional[int] = None) -> Tuple[Dir, str]:

@@ -34,6 +34,10 @@ what it ignores: version stamps, CUDA-only files) runs the short tier:
 identification, apply/--status/--revert on its real install, --wheel's
 rules and three compile cells that tell stock from patched; the series
 base of each content (else the newest) runs everything.
+The Pythons users run besides 3.11: 2.9.0 also runs on Python 3.10 and
+2.15.0 on 3.13 (matrix_jobs.OTHER_PYTHONS), the short tier with --verify's
+suite, stock (with the round trip) and patched, in venvs of their own
+(torch-X-pyM.N, made by pyenv's interpreter, else pythonM.N on PATH).
 The tool suite (test/tools) runs once, in two jobs (`tools-faults`: the
 fault walks and the concurrency suite; `tools`: the rest), against small
 installs built from the stock 2.11.0 and 2.12.0 venvs, and starts as soon as
@@ -245,6 +249,23 @@ class RealSetup:
             self.note(f"   {release}: torchvision {torchvision.version} ({torchvision.reason})")
         return Build(release, str(stock), str(patched))
 
+    def release_on(self, release: str, python: str) -> Build:
+        label = f"-py{python}"
+        try:
+            interpreter = venvs.interpreter_of(python)
+            stock = venvs.ensure_venv(release, f"torch-{release}{label}", log=self.venvs_log,
+                                      interpreter=interpreter)
+            patched = venvs.patched_copy(release, f"torch-{release}{label}-patched",
+                                         ["--topic", "all"], log=self.venvs_log,
+                                         stock_name=f"torch-{release}{label}",
+                                         interpreter=interpreter)
+        except venvs.InstallFailed as failure:
+            raise SetupFailed(f"could not set up torch {release} on Python {python} "
+                              f"({failure}); see {self.logs}/venvs.log") from failure
+        self.note(f"   {release} on Python {python}: stock {stock}, patched {patched} "
+                  f"({minutes(time.monotonic() - self.started)} in)")
+        return Build(release, str(stock), str(patched), label)
+
     def patched_wheel(self, builds: Dict[str, Build]) -> Tuple[str, str]:
         """The patched 2.11.0 wheel, pip-installed into a copy of the stock venv."""
         wheel_log = self.logs / "wheel.log"
@@ -286,6 +307,15 @@ class PredictedSetup:
             self.note(f"   {release}: no ready stock venv yet (a run makes it)")
         return Build(release, str(venvs.python_of(venvs.venvs_dir() / f"torch-{release}")),
                      str(venvs.python_of(venvs.venvs_dir() / f"torch-{release}-patched")))
+
+    def release_on(self, release: str, python: str) -> Build:
+        name = f"torch-{release}-py{python}"
+        if not venvs.is_ready(venvs.venvs_dir() / name, release):
+            self.note(f"   {release} on Python {python}: no ready stock venv yet (a run "
+                      "makes it)")
+        return Build(release, str(venvs.python_of(venvs.venvs_dir() / name)),
+                     str(venvs.python_of(venvs.venvs_dir() / f"{name}-patched")),
+                     f"-py{python}")
 
     def patched_wheel(self, builds: Dict[str, Build]) -> Tuple[str, str]:
         return (str(venvs.python_of(venvs.venvs_dir() / f"torch-{WHEEL_RELEASE}-wheel")),

@@ -69,6 +69,10 @@ NEW_BASE_RELEASES = ("2.9.0", "2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.12.1", "
 # The tool suite builds its small installs from these two stock venvs.
 TOOLS_STOCK, TOOLS_UPSTREAM = "2.11.0", "2.12.0"
 WHEEL_RELEASE = "2.11.0"  # the patched wheel built, installed and tested
+# The Pythons users run besides 3.11 (the wheels are cp310-cp313): the
+# oldest release on the oldest, the newest on the newest, each the short
+# tier with --verify's suite and the real install's round trip.
+OTHER_PYTHONS = (("2.9.0", "3.10"), ("2.15.0", "3.13"))
 
 
 # Two jobs run at once on two cores: each job gets one OpenMP thread and one
@@ -113,10 +117,12 @@ class Job:
 
 @dataclasses.dataclass(frozen=True)
 class Build:
-    """A release's two interpreters: its stock venv and the patched copy."""
+    """A release's two interpreters: its stock venv and the patched copy;
+    `label` names a Python other than the matrix's own (`-py3.10`)."""
     release: str
     stock: str
     patched: str
+    label: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,13 +159,13 @@ def short_tier(build: Build, pytest_args: Sequence[str], verify: bool = False) -
     """Identification, the real install's round trip and --wheel's rules
     (stock), and SHORT_CELLS, stock and patched; with `verify`, --verify's
     suite on both."""
-    release = build.release
+    release, label = build.release, build.label
     suites = [VERIFY_SUITE] if verify else []
-    jobs = [Job(f"patched-{release}-short", f"patched-{release}", build.patched,
+    jobs = [Job(f"patched-{release}{label}-short", f"patched-{release}{label}", build.patched,
                 [IDENTIFICATION_SUITE, *SHORT_CELLS, *suites, *pytest_args],
                 {"PREGRAD_EXPECT_PATCHED": release}, release)]
     if not pytest_args:
-        jobs.append(Job(f"stock-{release}-short", f"stock-{release}", build.stock,
+        jobs.append(Job(f"stock-{release}{label}-short", f"stock-{release}{label}", build.stock,
                         [IDENTIFICATION_SUITE, *STOCK_ONLY_SUITES, *SHORT_CELLS, *suites],
                         {"PREGRAD_EXPECT_STOCK": release}, release))
     return jobs
@@ -249,6 +255,9 @@ class Setup(Protocol):
 
     def release(self, release: str) -> Build: ...
 
+    def release_on(self, release: str, python: str) -> Build:
+        """The release's stock venv and patched copy on CPython `python` (3.10)."""
+
     def patched_wheel(self, builds: Dict[str, Build]) -> Tuple[str, str]:
         """(the python of a venv with the patched wheel installed, the wheel)."""
 
@@ -284,6 +293,10 @@ def plan(selected: Sequence[str], pytest_args: Sequence[str], setup: Setup,
         queue_by_tier(selected, pytest_args, setup, queue_to_run, builds, tiers)
     finally:
         wheel.join()
+    for release, python in OTHER_PYTHONS:
+        if release in selected:
+            queue_to_run(short_tier(setup.release_on(release, python), pytest_args,
+                                    verify=True))
     rehearsal = new_base_job(builds, pytest_args)
     if rehearsal is None:
         setup.note(f"   new-base rehearsal: not run (needs {' '.join(NEW_BASE_RELEASES)} "

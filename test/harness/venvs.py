@@ -131,6 +131,19 @@ def base_interpreter() -> str:
     return os.environ.get("PYTHON", "python3")
 
 
+def interpreter_of(minor: str) -> str:
+    """CPython `minor` (e.g. 3.10): pyenv's, else python3.10 on PATH (a
+    pyenv shim is not one: it fails for a version not selected)."""
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    for candidate in sorted(root.glob(f"versions/{minor}.*/bin/python{minor}"), reverse=True):
+        return str(candidate)
+    found = shutil.which(f"python{minor}")
+    if found and "shims" not in Path(found).parts:
+        return found
+    raise InstallFailed(f"venv: no Python {minor}: neither {root}/versions/{minor}.*/ "
+                        f"(pyenv install {minor}) nor python{minor} on PATH")
+
+
 def lift_configured_constraint(env: Dict[str, str], version: str, log: TextIO) -> None:
     """pip's own configuration may cap torch below the release asked for
     (these build machines: /etc/xdg/pip/constraints.txt, torch<=2.14.1, which
@@ -233,16 +246,18 @@ def update_in_place(venv: Path, version: str, env: Dict[str, str], log: TextIO) 
 
 
 def create(venv: Path, version: str, env: Dict[str, str], log: TextIO,
-           keep_release_wheel: bool = False) -> None:
-    """A new venv with torch==version, the test requirements and the pins.
-    Its torch wheel leaves the wheelhouse after (no other venv installs it;
-    with `keep_release_wheel`, into the tool's release-wheel cache)."""
+           keep_release_wheel: bool = False, interpreter: Optional[str] = None) -> None:
+    """A new venv with torch==version, the test requirements and the pins,
+    made by `interpreter` (default: $PYTHON or python3). Its torch wheel
+    leaves the wheelhouse after (no other venv installs it; with
+    `keep_release_wheel`, into the tool's release-wheel cache)."""
     started = time.monotonic()
+    base = interpreter or base_interpreter()
     lift_configured_constraint(env, version, log)
-    print(f"venv: creating {venv} (torch=={version})", file=log)
+    print(f"venv: creating {venv} (torch=={version}, {base})", file=log)
     shutil.rmtree(venv, ignore_errors=True)
-    if not run_into(log, [base_interpreter(), "-m", "venv", venv], env):
-        raise InstallFailed(f"venv: could not create {venv} with {base_interpreter()}")
+    if not run_into(log, [base, "-m", "venv", venv], env):
+        raise InstallFailed(f"venv: could not create {venv} with {base}")
     print(f"venv: installing torch=={version}, the test requirements, torchao "
           f"({pinned(TORCHAO_PINS, version).version}) and torchvision "
           f"({pinned(TORCHVISION_PINS, version).version}); the first time downloads "
@@ -263,9 +278,10 @@ def create(venv: Path, version: str, env: Dict[str, str], log: TextIO,
 
 
 def ensure_venv(version: str, name: Optional[str] = None, log: TextIO = sys.stderr,
-                keep_release_wheel: bool = False) -> Path:
+                keep_release_wheel: bool = False, interpreter: Optional[str] = None) -> Path:
     """The python of the venv NAME (default torch-VERSION), made or brought
-    up to date first if it is not ready (`keep_release_wheel`: see create)."""
+    up to date first if it is not ready (`keep_release_wheel`,
+    `interpreter`: see create)."""
     venv = venvs_dir() / (name or f"torch-{version}")
     env = dict(os.environ)
     with locked(venv):
@@ -278,7 +294,7 @@ def ensure_venv(version: str, name: Optional[str] = None, log: TextIO = sys.stde
                 ready.write_text(ready_stamp(version) + "\n")
                 return python_of(venv)
             print(f"venv: updating failed; rebuilding {venv}", file=log)
-        create(venv, version, env, log, keep_release_wheel)
+        create(venv, version, env, log, keep_release_wheel, interpreter)
         share_identical_files(log)
     return python_of(venv)
 
@@ -306,11 +322,14 @@ def share_identical_files(log: TextIO) -> None:
 
 
 def patched_copy(version: str, name: str, apply_args: List[str],
-                 log: TextIO = sys.stderr) -> Path:
+                 log: TextIO = sys.stderr, stock_name: Optional[str] = None,
+                 interpreter: Optional[str] = None) -> Path:
     """NAME afresh as a hard-linked copy (`cp -al`: a few MB) of the stock
-    venv of `version`, with `apply.sh --python COPY APPLY_ARGS` run on it;
-    the python of the copy."""
-    stock_venv = ensure_venv(version, log=log).parent.parent
+    venv of `version` (STOCK_NAME, made by `interpreter`: see ensure_venv),
+    with `apply.sh --python COPY APPLY_ARGS` run on it; the python of the
+    copy."""
+    stock_venv = ensure_venv(version, stock_name, log=log,
+                             interpreter=interpreter).parent.parent
     copy = venvs_dir() / name
     with locked(copy):
         shutil.rmtree(copy, ignore_errors=True)

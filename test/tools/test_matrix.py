@@ -349,6 +349,32 @@ class CommandLineTest(ScratchTestCase):
         self.assertEqual(jobs["stock-2.11.0"]["argv"][:2], ["-m", "not patched_only"])
 
 
+    def test_the_oldest_and_newest_release_run_on_the_other_pythons_users_run(self) -> None:
+        """2.9.0 on Python 3.10 and 2.15.0 on 3.13: the short tier with
+        --verify's suite, stock (with the round trip) and patched, each in
+        venvs of its own."""
+        listed = self.matrix("--releases", "2.9.0,2.15.0", "--list")
+        jobs = {job["name"]: job for job in map(json.loads, listed.stdout.splitlines())}
+        for release, python in (("2.9.0", "3.10"), ("2.15.0", "3.13")):
+            label = f"{release}-py{python}"
+            stock, patched = jobs[f"stock-{label}-short"], jobs[f"patched-{label}-short"]
+            self.assertEqual(stock["python"], str(self.tmp / "cache" / "venvs" / f"torch-{label}"
+                                                  / "bin" / "python"))
+            self.assertEqual(patched["python"], str(self.tmp / "cache" / "venvs"
+                                                    / f"torch-{label}-patched" / "bin" / "python"))
+            self.assertIn("test/dynamo/test_verify_command.py", stock["argv"])
+            self.assertIn("test/dynamo/test_verify_command.py", patched["argv"])
+            self.assertIn("test/dynamo/test_real_install_round_trip.py", stock["argv"])
+            self.assertEqual(stock["env"]["PREGRAD_EXPECT_STOCK"], release)
+
+    def test_short_plans_only_the_short_tier_of_the_named_releases(self) -> None:
+        listed = self.matrix("--releases", "2.13.0", "--short", "--list")
+        self.assertEqual([json.loads(line)["name"] for line in listed.stdout.splitlines()],
+                         ["patched-2.13.0-short", "stock-2.13.0-short"])
+        refused = self.matrix("--releases", "2.13.0", "--short", "--", "-x")
+        self.assertEqual((refused.returncode, refused.stderr.strip()),
+                         (2, "test.sh: --short takes no PYTEST_ARGS"))
+
 @pytest.mark.usefixtures("patched_python")  # conftest.py: skips without
 class StockExpectationTest(ScratchTestCase):
     """test/dynamo/conftest.py on this torch: a test stock_expectations.py

@@ -72,6 +72,7 @@ import contextlib
 import io
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -197,7 +198,8 @@ def resolve_python(given: str) -> str:
 def refuse_requirements(python: str, missing: list[str], message: str) -> NoReturn:
     """Refused (exit 1): `message`, then how to make --test-deps DIR."""
     pins = (REPO / "requirements" / "test.txt").read_text().splitlines()
-    numpy = "".join(f" {pin}" for pin in pins if pin.startswith("numpy==") and "numpy" in missing)
+    numpy = "".join(f" {shlex.quote(pin)}" for pin in pins
+                    if pin.startswith("numpy==") and "numpy" in missing)
     warn(f"{PROG}: {message}\n  On a machine with network access, in this repository (the "
          "wheels are for PY's Python and platform):\n    pip download -d DIR --only-binary=:all: "
          f"{pip_target(python)} -r requirements/gpu-check.txt{numpy}\n  then copy DIR here and "

@@ -295,8 +295,9 @@ def plan(selected: Sequence[str], pytest_args: Sequence[str], setup: Setup,
         wheel.join()
     for release, python in OTHER_PYTHONS:
         if release in selected:
-            queue_to_run(short_tier(setup.release_on(release, python), pytest_args,
-                                    verify=True))
+            build = setup.release_on(release, python)
+            tiers[f"{release}{build.label}"] = Tier("short", f"{release} on Python {python}")
+            queue_to_run(short_tier(build, pytest_args, verify=True))
     rehearsal = new_base_job(builds, pytest_args)
     if rehearsal is None:
         setup.note(f"   new-base rehearsal: not run (needs {' '.join(NEW_BASE_RELEASES)} "

@@ -171,7 +171,8 @@ def wall_times(queued: Iterable[Job], outcomes: Mapping[str, Outcome],
     for job in queued:
         outcome = outcomes.get(job.name)
         wall, cpu = (outcome.seconds, outcome.cpu_seconds) if outcome else (0.0, 0.0)
-        tier = tiers.get(job.release or "")
+        # A build on another Python (stock-2.9.0-py3.10) has a tier of its own.
+        tier = tiers.get(job.build.partition("-")[2] if "-py" in job.build else job.release or "")
         level = f"{tier.level}: {tier.why}" if tier else "-"
         lines.append(f"{job.name:<30} {clock(wall)} {clock(cpu):>6}  {level}")
     return "\n".join(lines)

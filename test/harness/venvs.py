@@ -135,8 +135,13 @@ def interpreter_of(minor: str) -> str:
     """CPython `minor` (e.g. 3.10): pyenv's, else python3.10 on PATH (a
     pyenv shim is not one: it fails for a version not selected)."""
     root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
-    for candidate in sorted(root.glob(f"versions/{minor}.*/bin/python{minor}"), reverse=True):
-        return str(candidate)
+    installed = root.glob(f"versions/{minor}.*/bin/python{minor}")
+    # The newest patch release: 3.10.13 before 3.10.9, by number, not by text.
+    newest = max(installed, key=lambda path: [int(part) for part in
+                                              path.parts[-3].split(".") if part.isdigit()],
+                 default=None)
+    if newest is not None:
+        return str(newest)
     found = shutil.which(f"python{minor}")
     if found and "shims" not in Path(found).parts:
         return found

@@ -1,6 +1,6 @@
 """Day one rehearsed end to end (issue 48): in a scratch clone that has
 forgotten a release, `scripts/new-base --latest` finds it on an index on
-127.0.0.1, serves it, runs its tier and commits it on a branch; for a
+127.0.0.1, serves it and commits it on a branch; for a
 release whose files conflict (2.8.0) it ends at the conflict and says where.
 
 The forgotten release is 2.13.0, whose pre-grad-pass-timing series the

@@ -37,6 +37,20 @@ LONG_FUNCTIONS_ALLOWED = 2
 MAX_BASH_LINES = 400
 # Where Python and bash that the project runs live (tests aside).
 RUN_TREES = ("torch_backport", "maint", "scripts", "test/harness")
+# Where the project names its own files to a reader: the code that runs, and
+# the reference docs (CHANGELOG.md keeps old names on purpose; tests name
+# the fixtures they write).
+NAMING_TREES = RUN_TREES + ("bench", "docs", "README.md", ".github", "setup.cfg")
+# `x.py` or `folder/x.py`, not part of a dotted name or a path of torch's.
+FILE_NAME = re.compile(r"(?<![\w.-])(?:[\w-]+/)*([A-Za-z_]\w*\.py)\b")
+# `infra.fsio`, torch_backport.verify.cells: a package folder and its module
+# (a bare infra.fsio could be a variable's attribute).
+_FOLDER = "(" + "|".join(name for name, _ in FOLDERS if name) + r")\.([a-z_]\w*)"
+MODULE_NAME = re.compile(r"`" + _FOLDER + r"[.\w]*`|\btorch_backport\." + _FOLDER)
+# Files outside the project that its docs and code name: torch's own
+# (besides the ones a series touches, read from patches/) and a user's.
+OUTSIDE_FILES = {"setup.py", "version.py", "my_models.py", "envs.py", "compiler_interface.py",
+                 "notebook_kernel.py"}
 
 
 def dotted(path: Path) -> str:
@@ -93,6 +107,33 @@ def string_lists(tree: ast.AST) -> Iterator[List[str]]:
 
 def runs(words: List[str], command: List[str]) -> bool:
     return any(words[at:at + len(command)] == command for at in range(len(words)))
+
+
+def named_files() -> Iterator[Path]:
+    for tree in NAMING_TREES:
+        root = REPO / tree
+        for path in sorted(root.rglob("*")) if root.is_dir() else [root]:
+            if path.is_file() and "__pycache__" not in path.parts:
+                yield path
+
+
+def known_file_names() -> Set[str]:
+    """The names a file the project names may have: its own files', torch's
+    files that a series touches or upstream-tests.txt lists, and OUTSIDE_FILES."""
+    own = {path.name for path in REPO.rglob("*") if ".git" not in path.parts}
+    torch = {Path(line.split()[-1]).name
+             for patch in (REPO / "patches").rglob("*.patch")
+             for line in patch.read_text(errors="replace").splitlines()
+             if line.startswith(("--- a/", "+++ b/"))}
+    upstream = {Path(line).name for line in (REPO / "upstream-tests.txt").read_text().split()
+                if line.endswith(".py")}
+    return own | torch | upstream | OUTSIDE_FILES
+
+
+def package_modules() -> Set[str]:
+    """infra.fsio for torch_backport/infra/fsio.py, and infra.errors.report's
+    kind of name stops at the module."""
+    return {dotted(path) for path in PACKAGE.rglob("*.py")}
 
 
 class ShapeTest(unittest.TestCase):
@@ -189,6 +230,22 @@ class ShapeTest(unittest.TestCase):
                     if any(words[:1] == ["git"]
                            for words in string_lists(ast.parse(path.read_text())))]
         self.assertEqual(starting, ["infra.git"])
+
+    def test_files_and_modules_are_named_as_they_are_now(self) -> None:
+        # A rename leaves comments and docs naming the old file; a reader
+        # then looks for what is not there.
+        files, modules_now = known_file_names(), package_modules()
+        stale = []
+        for path in named_files():
+            for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                where = f"{path.relative_to(REPO)}:{number}"
+                stale += [f"{where}: {match.group(1)}" for match in FILE_NAME.finditer(line)
+                          if match.group(1) not in files]
+                for match in MODULE_NAME.finditer(line):
+                    folder, module = match.group(1) or match.group(3), match.group(2) or match.group(4)
+                    if f"{folder}.{module}" not in modules_now:
+                        stale.append(f"{where}: {folder}.{module}")
+        self.assertEqual(stale, [])
 
     def test_bash_is_a_few_hundred_lines(self) -> None:
         lines = {path.name: len(path.read_text().splitlines())

@@ -4,7 +4,7 @@ series as commits.
 Works through git only (`git am -3`, `git apply --3way`, `git revert`,
 `git patch-id`), every git process started by git.py; never imports torch.
 History is read once per command (history.py), down to where the touched
-files were a base's; the base of each topic is checkout_base.py's. `--check`
+files were a base's; the base of each topic is base.py's. `--check`
 tries the patches in a throw-away index with an object directory of its own:
 it writes nothing into the repository, objects included.
 """

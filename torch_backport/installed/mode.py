@@ -5,8 +5,8 @@ Runs under the interpreter whose torch is the target (`importlib.metadata`
 then reads that install's RECORD; see _launch.py). It never imports torch: a
 half-patched or foreign install must not run before we decide. Here are the
 plans (what apply and revert would do, or why they refuse) and the driver's
-`InstallMode`; where the install stands is wheel_status.py (its `State`,
-install_state.py), and every write is transaction.py.
+`InstallMode`; where the install stands is status.py (its `State`,
+state.py), and every write is transaction.py.
 """
 
 from __future__ import annotations

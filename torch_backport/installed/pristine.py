@@ -4,7 +4,7 @@ tool gets them (--overlay, --wheel's checks, new-base, check-patches).
 
 Sources, in the order a caller allows them: this interpreter's install
 (a patched one gives its backups), the installs of other interpreters (a
-stock test venv), then the release wheel (read by range, wheels.py).
+stock test venv), then the release wheel (read by range, download/release_wheels.py).
 Whatever the source, every file is checked against the base's
 pristine.tsv, and the message names the source that failed."""
 

@@ -5,7 +5,7 @@ the per-file lines it was found with). The messages that name the way back
 to the wheel's files (the installer's reinstall command) are here too:
 --status and the refusals of apply and revert say them alike.
 
-Finding the state is wheel_status.py; nothing here reads the install's
+Finding the state is status.py; nothing here reads the install's
 files or writes anything."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 touch, the version string only breaking ties. Patch releases (2.12.1),
 local build tags (+cpu, +cu130) and vendor builds (2.11.0a0+git...) are
 where the two differ. Every mode identifies through `identify`; a checkout
-adds only what its history tells (checkout_base.py)."""
+adds only what its history tells (checkout/base.py)."""
 
 from __future__ import annotations
 

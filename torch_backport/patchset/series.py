@@ -2,7 +2,7 @@
 topic's series for a base (its patches in order, the files they touch) and
 the base's pristine files as pristine.tsv names them.
 
-An installed wheel (wheel_mode.py), a checkout (checkout_mode.py), the
+An installed wheel (installed/mode.py), a checkout (checkout/mode.py), the
 overlay (overlay.py), scripts/check-patches and the tests all read a series
 through `load_series`, which refuses a series with a patch that is not whole
 (patchfile.py) before anything is written. Applying it in memory is

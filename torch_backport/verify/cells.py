@@ -2,7 +2,7 @@
 with this process's own torch (the real compile_fx, torch._inductor.compile
 and torch.compile, the real caches) beside what it should be.
 
-Imported only by verify.py, in the target interpreter, after it gave the
+Imported only by command.py, in the target interpreter, after it gave the
 process an Inductor cache of its own: the warm-hit cell needs a cold cache
 to start from, and nothing here may fill the user's.
 """

@@ -4,9 +4,9 @@ Runs in the target interpreter PY, which _launch.py started afresh for it
 (engine.py's `verify` order), before anything imported torch: the process
 gets an Inductor cache of its own (removed at the end, whatever happens)
 and writes no bytecode, so it leaves site-packages and the user's caches
-as they were. Then each applicable topic's cells (verify_cells.py) run on
+as they were. Then each applicable topic's cells (cells.py) run on
 the torch this process imports, or, with --model, the user's own model
-through every entry point (verify_model.py); a cell that does not hold is
+through every entry point (model.py); a cell that does not hold is
 named with the defect it shows and what to do about it.
 
 Exit codes: 0 every cell holds (any install, stock included); 1 one does

@@ -224,7 +224,7 @@ def verify_model(spec: str, work: Path) -> Dict[str, str]:
 
 def closing_lines(words: Dict[str, str]) -> List[str]:
     """What the rows that are not right mean (the results defect's advice
-    is verify.py's: it knows the install)."""
+    is command.py's: it knows the install)."""
     lines = []
     others = [label for label, word in words.items()
               if word == "WRONG" and label not in MODULE_GRAPH_ENTRY_POINTS]

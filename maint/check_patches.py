@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from maint import grammar
+from torch_backport.infra.exit_codes import Exit
 from torch_backport.installed import pristine
 from torch_backport.infra import record
 from torch_backport.installed.install import find_install
@@ -235,7 +236,7 @@ def check(request: Request, argv: Sequence[str]) -> int:
     for problem in problems:
         print(f"  {problem}")
     print(f"{PROG}: finished with {len(problems)} error(s)")
-    return 1 if problems else 0
+    return Exit.FAILED if problems else Exit.OK
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
+from torch_backport.infra.exit_codes import Exit
 from torch_backport.infra.errors import BackportError, report, UsageError
 from torch_backport.options import Parser
 
@@ -59,11 +60,11 @@ def main(prog: str, help_text: str, argv: Optional[Sequence[str]],
         return usage_error(prog, problem)
     if request is None:
         print(help_text, end="")
-        return 0
+        return Exit.OK
     try:
         return run(request)
     except BackportError as problem:
         return report(problem, f"scripts/{prog}", see_help=isinstance(problem, UsageError))
     except KeyboardInterrupt:
         print(f"{prog}: {interrupted}", file=sys.stderr)
-        return 130
+        return Exit.INTERRUPTED

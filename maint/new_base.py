@@ -42,6 +42,7 @@ from maint.request import Request
 from torch_backport.infra import git as infra_git, tables
 from torch_backport.download import transport
 from torch_backport.infra.errors import Refused, UsageError
+from torch_backport.infra.exit_codes import DayOne, Exit
 from torch_backport.infra.paths import shown
 from torch_backport.infra.fsio import atomic_write, cache_dir
 from torch_backport.patchset.releases import NOT_YET
@@ -50,8 +51,6 @@ from torch_backport.download.release_wheels import MB, received_line
 
 CLONE = Path(__file__).resolve().parents[1]
 INTERRUPTED = "interrupted; patches/ is as it was unless a 'wrote' line says otherwise"
-NEW_RELEASE_SERVED = 3  # --latest: a new release got its series or row, to test and merge
-UPSTREAM_FIXED = 4  # the tier found the stock release's results right
 
 
 def served(request: Request, patches: Store) -> int:
@@ -60,13 +59,13 @@ def served(request: Request, patches: Store) -> int:
     if request.release not in tables.read_candidates(patches.root):
         print(f"new-base: {request.release} is not a candidate in {shown(path)}; "
               "nothing to do")
-        return 0
+        return Exit.OK
     if not request.check:
         text = tables.with_candidate(patches.root, request.release, listed=False)
         atomic_write(path, text.encode(), 0o644)
     print(f"{'would remove' if request.check else 'removed'} {request.release} from "
           f"{shown(path)}: served")
-    return 0
+    return Exit.OK
 
 
 def touched_paths(chosen: List[Topic]) -> List[str]:
@@ -94,7 +93,7 @@ def say_check(request: Request, patches: Store, outcomes: List[Outcome], row: wr
     if any(outcome.written is not None for outcome in outcomes):
         print(f"would list {request.release} in {shown(write.candidates_path(patches))}")
     print("check: nothing was written")
-    return 1 if any(outcome.conflict for outcome in outcomes) else 0
+    return Exit.FAILED if any(outcome.conflict for outcome in outcomes) else Exit.OK
 
 
 def write_all(request: Request, patches: Store, outcomes: List[Outcome], row: write.Row) -> None:
@@ -162,24 +161,24 @@ def latest(request: Request, patches: Store) -> int:
             print(f"nothing new: {newest} is a candidate (its series is written; "
                   f"scripts/test.sh --releases {newest}, then scripts/new-base {newest} "
                   "--served)")
-            code, outcome = 0, "nothing new"
+            code, outcome = Exit.OK, "nothing new"
         elif newest in tables.read_releases(patches.root).versions:
             cells = tables.read_releases(patches.root).cells[newest]
             waiting = sorted(topic for topic, cell in cells.items() if cell == NOT_YET)
             if waiting:
                 print(f"{newest} is listed, but topic(s) {', '.join(waiting)} stopped at a "
                       f"conflict: finish them (scripts/new-base {newest})")
-                code, outcome = 1, "conflict"
+                code, outcome = Exit.FAILED, "conflict"
             else:
                 print(f"nothing new: {newest} is served ({shown(row_path(patches))})")
-                code, outcome = 0, "nothing new"
+                code, outcome = Exit.OK, "nothing new"
         else:
             print(f"new: torch {newest} is on the index and not in "
                   f"{shown(row_path(patches))}")
             served_request = dataclasses.replace(request, release=newest, latest=False)
             code = serve(served_request, patches)
             code, outcome, tier = after_serving(served_request, patches, newest, code,
-                                                NEW_RELEASE_SERVED)
+                                                DayOne.SERVED_CANDIDATE)
     if request.report is not None:
         write_report(request.report, newest, outcome, lines, tier)
     return code
@@ -204,7 +203,8 @@ def after_serving(request: Request, patches: Store, release: str, code: int,
     if outcome == release_tier.SERVED_CANDIDATE and request.branch:
         commit_on_branch(request, release, tier)
     return {release_tier.SERVED_CANDIDATE: served_code,
-            release_tier.UPSTREAM_FIXED: UPSTREAM_FIXED}.get(outcome, 1), outcome, tier
+            release_tier.UPSTREAM_FIXED: DayOne.UPSTREAM_FIXED}.get(outcome, Exit.FAILED), \
+        outcome, tier
 
 
 BRANCHED = ("README.md", "docs")  # besides --patches: what update-docs writes
@@ -332,12 +332,12 @@ def serve(request: Request, patches: Store) -> int:
             return say_check(request, patches, outcomes, row)
         if all(o.conflict for o in outcomes):
             print("nothing was written: no topic has a series or a row cell yet")
-            return 1
+            return Exit.FAILED
         write_all(request, patches, outcomes, row)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
     code = follow_up(request, [o.topic for o in outcomes if o.written is not None])
-    return 1 if code or any(o.conflict for o in outcomes) else 0
+    return Exit.FAILED if code or any(o.conflict for o in outcomes) else Exit.OK
 
 
 def follow_up(request: Request, topics: List[Topic]) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from maint import grammar
+from torch_backport.infra.exit_codes import Exit
 from torch_backport.infra.errors import Failed, Refused, report, UsageError
 from torch_backport.infra.fsio import atomic_write
 from torch_backport.patchset.releases import (candidates, HAS_IT, NOT_YET, Release,
@@ -58,11 +59,11 @@ def update(check: bool) -> int:
     elif check:
         print(f"{PROG}: {README.name}'s supported-releases table is stale; run "
               "scripts/update-docs", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     else:
         atomic_write(README, made.encode(), 0o644)
         print(f"{PROG}: rewrote {README.name}'s supported-releases table")
-    return 0
+    return Exit.OK
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

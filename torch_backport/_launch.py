@@ -18,7 +18,7 @@ def _interrupted_early(signum: int, frame: object) -> None:
     sys.stderr.write("interrupted (Ctrl-C); nothing was done\n")
     sys.stderr.flush()
     import os
-    os._exit(130)
+    os._exit(128 + signal.SIGINT)  # exit_codes.Exit.INTERRUPTED, before the package loads
 
 
 # A Ctrl-C that the caller ignores (a background job) stays ignored.
@@ -63,4 +63,4 @@ if __name__ == "__main__":
         # or where a mode has none: one line, not a traceback.
         print("interrupted (Ctrl-C); --status tells where the target stands",
               file=sys.stderr)
-        sys.exit(130)
+        sys.exit(128 + signal.SIGINT)  # exit_codes.Exit.INTERRUPTED

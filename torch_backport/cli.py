@@ -9,8 +9,7 @@ interpreter PY, which gets the request as an Order (infra/order.py) in JSON
 through _launch.py and never imports from this command's own environment
 (its torch, if any, is not the one to patch).
 
-Exit codes: 0 done or nothing to do; 1 refused or failed; 2 usage error;
-130 interrupted.
+Exit codes: infra/exit_codes.py.
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ from torch_backport.infra.order import Order, Task
 from torch_backport.infra.paths import PACKAGE, REPO
 from torch_backport.infra.fsio import cache_dir, refuse_untrusted_cache
 from torch_backport import options
-from torch_backport.help_text import apply_help, BACKPORT_HELP
+from torch_backport.help_text import apply_help, BACKPORT_HELP, EXIT_CODES
+from torch_backport.infra.exit_codes import Exit
 
 # The clone's maintainer tools (maint/, run by scripts/<name>): not shipped.
 MAINTAINER_COMMANDS = ("new-base", "check-patches", "update-docs")
@@ -311,7 +311,7 @@ def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
             modes = options.sections_for(request.command, request.checkout is not None,
                                      request.python is not None)
             print(apply_help(invoked_as(default_python), modes), end="")
-            return 0
+            return Exit.OK
         if default_python is not None:
             if request.command == "overlay" and request.out is None:
                 return backport_usage_error(
@@ -340,11 +340,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return backport_usage_error("say what to do: torch-backport apply [ARGS...]")
     if args[0] in ("-h", "--help"):
         print(BACKPORT_HELP.format(version=__version__, package=PACKAGE,
-                                   python=sys.executable), end="")
-        return 0
+                                   python=sys.executable, exit_codes=EXIT_CODES,
+                                   usage=int(Exit.USAGE)), end="")
+        return Exit.OK
     if args[0] == "--version":
-        print(f"torch-backport {__version__}")
-        return 0
+        from torch_backport.patchset import releases
+        print(f"torch-backport {__version__}\nserves torch {releases.help_releases()}")
+        return Exit.OK
     if args[0] in MAINTAINER_COMMANDS:
         return backport_usage_error(
             f"{args[0]} is a maintainer command of a clone, not installed: run\n"
@@ -358,7 +360,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return run_apply(args[1:], prog_note=note, default_python=sys.executable)
     except KeyboardInterrupt:
         print("interrupted (Ctrl-C); --status tells where the target stands", file=sys.stderr)
-        return 130
+        return Exit.INTERRUPTED
 
 
 def from_launcher(argv: List[str]) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 from torch_backport.infra.errors import Failed
 from torch_backport.infra.fsio import atomic_write, locked, make_dirs, trusted_cache
 from torch_backport.infra.order import Order, Task
+from torch_backport.infra.exit_codes import Exit
 
 LAUNCH = Path(__file__).resolve().parent / "_launch.py"
 
@@ -107,7 +108,7 @@ def carry_out(order: Order) -> int:
     if order.task is Task.READ_INSTALL_FILES:
         from torch_backport.installed.pristine import probe
         print(json.dumps(probe(list(order.paths))))
-        return 0
+        return Exit.OK
     if order.task is Task.VERIFY:
         from torch_backport.verify.command import run
         return run(order)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import textwrap
 from typing import Dict, Sequence
 
+from torch_backport.infra import exit_codes
 from torch_backport.options import fill, Section, section, usage
 
 INTRO = """\
@@ -33,10 +34,9 @@ Requirements: git, Python 3.9 or later for PY, and python3 on PATH (it reads
 these arguments, and runs CHECKOUT mode and --overlay without --python).
 Environment: PREGRAD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pregrad-backport)
 holds downloaded wheels (and the venv with PyPA's wheel for --wheel).
-Exit codes: 0 done or nothing to do; 1 refused or failed (nothing changed);
-2 usage error; 3 --status on an unseen release (see --status); 130
-interrupted (Ctrl-C; --status tells where it stands)."""
+@EXIT_CODES@"""
 
+EXIT_CODES = textwrap.fill(exit_codes.listed(exit_codes.MEANING), width=78)
 
 BACKPORT_HELP = """\
 Usage: torch-backport apply [ARGS...]
@@ -57,8 +57,8 @@ to it. --overlay needs --out DIR: its default, overlay/ beside the scripts,
 would be inside site-packages.
 
 Requirements: git (wheel mode applies the patches with `git apply`).
-Exit codes: apply.sh's (0 done or nothing to do; 1 refused or failed; 2 usage
-error; 130 interrupted); 2 for a usage error of torch-backport itself.
+{exit_codes}
+A usage error of torch-backport itself exits {usage} too.
 """
 
 
@@ -94,9 +94,10 @@ def table_words() -> Dict[str, str]:
         return {"@TOPICS@": releases.help_topics(),
                 "@WITH_FEATURE@": releases.span(with_feature),
                 "@FIXED_BASES@": releases.span(fixed_bases(primary)),
-                "@BASES@": bases}
+                "@BASES@": bases, "@EXIT_CODES@": EXIT_CODES}
     except (OSError, Refused) as problem:
         # The help still prints: the rest of it is what a user needs to fix this.
         broken = f"(cannot list them: {problem})"
         return {"@TOPICS@": f"  {broken}", "@WITH_FEATURE@": "Releases with a fixes series",
-                "@FIXED_BASES@": "release's", "@BASES@": f"Bases: {broken}"}
+                "@FIXED_BASES@": "release's", "@BASES@": f"Bases: {broken}",
+                "@EXIT_CODES@": EXIT_CODES}

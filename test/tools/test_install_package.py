@@ -30,6 +30,8 @@ import pytest
 from fake_install import (FakeInstall, make_fake_install, REPO, ScratchTestCase, source_python,
                           STATE_DIRNAME, STOCK)
 from fake_wheel import make_fake_wheel, release_files
+from torch_backport import __version__
+from torch_backport.patchset import releases
 
 APPLY = REPO / "scripts" / "apply.sh"
 PACKAGE = "torch_backport"
@@ -203,9 +205,19 @@ to it. --overlay needs --out DIR: its default, overlay/ beside the scripts,
 would be inside site-packages.
 
 Requirements: git (wheel mode applies the patches with `git apply`).
-Exit codes: apply.sh's (0 done or nothing to do; 1 refused or failed; 2 usage
-error; 130 interrupted); 2 for a usage error of torch-backport itself.
+Exit codes: 0 done or nothing to do; 1 refused or failed (nothing changed); 2
+usage error; 3 --status on an unseen release (see --status); 130 interrupted
+(Ctrl-C; --status tells where it stands).
+A usage error of torch-backport itself exits 2 too.
 """)
+
+    def test_version_names_the_releases_it_serves(self) -> None:
+        code, out, err = run([str(self.command), "--version"])
+        self.assertEqual((code, err), (0, ""))
+        version, serves = out.splitlines()
+        self.assertEqual(version, f"torch-backport {__version__}")
+        self.assertEqual(re.findall(r"\d+\.\d+\.\d+", serves),
+                         [release.version for release in releases.served()])
 
     def test_usage_errors(self) -> None:
         before = self.venv.snapshot()

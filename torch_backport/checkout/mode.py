@@ -31,6 +31,7 @@ from torch_backport.infra.git import (
 from torch_backport.checkout.history import find_series_commits, History
 from torch_backport.patchset.patchfile import Patch
 from torch_backport.patchset.series import pristine_blobs, Series, Topic
+from torch_backport.infra.exit_codes import Exit
 
 MARKERS = ["torch/_inductor/config.py", "torch/_functorch/aot_autograd.py"]
 IN_PROGRESS = [("rebase-apply", "a git am or rebase"), ("rebase-merge", "a rebase"),
@@ -165,7 +166,7 @@ def cmd_status(tree: Tree, topic: Topic) -> int:
     print(f"series: {count} of {total} patches applied (matched by patch-id)")
     print(f"feature present at HEAD: {'yes' if upstream else 'no'}"
           + (" (upstream, not through this series)" if upstream and not count else ""))
-    return 0
+    return Exit.OK
 
 
 def not_available(tree: Tree, command: str, topic: Topic) -> Optional[List[str]]:

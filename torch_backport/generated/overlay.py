@@ -36,6 +36,7 @@ from torch_backport.patchset.patchfile import confined
 from torch_backport.infra.record import sha256_hex
 from torch_backport.patchset.series import Applied, load_topic_series, Series, Topic, topics
 from torch_backport.infra.tables import release_numbers
+from torch_backport.infra.exit_codes import Exit
 
 JOURNAL = ".overlay-journal"
 
@@ -105,7 +106,7 @@ def cmd_overlay(base: str, out: Path, from_install: bool, cache: Path,
           f"(verify: cd {out} && sha256sum -c SHA256SUMS)")
     if not from_install:
         print(received_line())
-    return 0
+    return Exit.OK
 
 
 def plan_overlay(base: str, from_install: bool, cache: Path, chosen: List[Topic]) -> Overlay:

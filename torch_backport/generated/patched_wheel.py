@@ -50,6 +50,7 @@ from torch_backport.patchset.series import Series, Topic
 # In the patched wheel's dist-info: what it was built from and with; an
 # install made from it is recognised by this file.
 from torch_backport.installed.records import Built, BUILT_NAME, BuiltTopic
+from torch_backport.infra.exit_codes import Exit
 
 LOCAL_PREFIX = "pregrad"
 SCRATCH_PREFIX = ".pregrad-build-"
@@ -118,7 +119,7 @@ class BuildRequest:
 def cmd_wheel(source: str, cache: Path, request: BuildRequest) -> int:
     """Write the patched wheel of IN (`source`), as `request` asks."""
     build(source_wheel(source, cache), request)
-    return 0
+    return Exit.OK
 
 
 def build(path: Path, request: BuildRequest) -> None:

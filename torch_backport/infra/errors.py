@@ -1,10 +1,12 @@
 """The one root of every error the user must act on, and the one place that
-reports it. The lowest module: it imports nothing of the package."""
+reports it. The lowest module: it imports only the exit codes."""
 
 from __future__ import annotations
 
 import sys
 from typing import ClassVar
+
+from torch_backport.infra.exit_codes import Exit
 
 
 def printable(text: str) -> str:
@@ -21,7 +23,7 @@ class BackportError(Exception):
     anything was written before it was raised (every error so far is raised
     before a write, or after the write was taken back)."""
 
-    exit_code: ClassVar[int] = 1
+    exit_code: ClassVar[int] = Exit.FAILED
     changed: ClassVar[bool] = False
 
 
@@ -32,7 +34,7 @@ class Refused(BackportError):
 class UsageError(BackportError):
     """Arguments the grammar does not allow; exit 2."""
 
-    exit_code = 2
+    exit_code = Exit.USAGE
 
 
 class Failed(BackportError):

@@ -53,7 +53,7 @@ def fault_point(what: object) -> None:
     this_step, _steps_taken = _steps_taken, _steps_taken + 1
     if spec and this_step == int(at):  # one fault per run
         if kind == "kill":
-            os._exit(137)
+            os._exit(128 + signal.SIGKILL)  # as a shell reports kill -9
         if kind == "enospc":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(what))
         if kind == "stop":  # the test swaps a directory, then sends SIGCONT

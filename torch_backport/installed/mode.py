@@ -43,6 +43,7 @@ from torch_backport.installed.transaction import (
     write_series,
 )
 from torch_backport.installed.status import cmd_status, inspect
+from torch_backport.infra.exit_codes import Exit
 
 
 def recover_would(status: Status) -> str:
@@ -394,13 +395,13 @@ def without_torch(command: str, check: bool) -> Optional[int]:
         print(f"{sys.executable} has no torch installed; "
               + ("nothing was written" if check else
                  "this project's leftover state is removed"))
-        return 0
+        return Exit.OK
     print(f"{sys.executable} has no torch installed, but site-packages holds this project's "
           "state from a torch that was uninstalled while patched:")
     for path in found:
         print(f"  {path} ({describe_state(path)})")
     print(f"remove it (and nothing else) with: --python {sys.executable} --revert")
-    return 1
+    return Exit.FAILED
 
 
 def open_install(chosen: List[Topic]) -> InstallMode:

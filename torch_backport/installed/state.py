@@ -22,10 +22,7 @@ from torch_backport.installed.records import Manifest
 from torch_backport.patchset.releases import known_defect
 from torch_backport.patchset.series import fixed_bases, Series, supported_bases
 from torch_backport.infra.tables import release_numbers
-
-# --status on a release this project has not seen, with a known defect: not
-# 0 (nothing is fixed), not 1 (nothing is broken in the install either).
-UNSEEN_EXIT = 3
+from torch_backport.infra.exit_codes import Exit
 
 # The words a state's flags are made of (State.__new__).
 FLAGS = ("applied", "expected", "revertible", "unchanged", "recovery")
@@ -188,24 +185,24 @@ class State(enum.Enum):
          member.recovery) = (word in words for word in FLAGS)
         return member
 
-    PRISTINE = ("pristine", 0, "pristine: every file the series touches matches torch's "
+    PRISTINE = ("pristine", Exit.OK, "pristine: every file the series touches matches torch's "
                 "RECORD", "unchanged")
-    PATCHED = ("patched", 0, patched_message, "applied expected revertible")
-    PARTIAL = ("partial", 1, "partly reverted by hand: the files marked pristine are the "
-               "wheel's again; apply patches them again, --revert restores the others",
-               "revertible")
-    NO_BACKUPS = ("patched-no-backups", 1, no_backups_message, "applied")
-    MODIFIED = ("modified", 1, "modified: the files marked modified differ from both the "
-                "wheel and the series")
-    OUTDATED = ("outdated", 1, "outdated: an earlier version of the series is applied; "
+    PATCHED = ("patched", Exit.OK, patched_message, "applied expected revertible")
+    PARTIAL = ("partial", Exit.FAILED, "partly reverted by hand: the files marked pristine "
+               "are the wheel's again; apply patches them again, --revert restores the "
+               "others", "revertible")
+    NO_BACKUPS = ("patched-no-backups", Exit.FAILED, no_backups_message, "applied")
+    MODIFIED = ("modified", Exit.FAILED, "modified: the files marked modified differ from "
+                "both the wheel and the series")
+    OUTDATED = ("outdated", Exit.FAILED, "outdated: an earlier version of the series is applied; "
                 "apply replaces it, --revert removes it", "revertible")
-    INTERRUPTED = ("interrupted", 1, "interrupted: an earlier run stopped part-way; "
+    INTERRUPTED = ("interrupted", Exit.FAILED, "interrupted: an earlier run stopped part-way; "
                    "--revert or the next apply rolls it back", "revertible recovery")
-    HAS_FEATURE = ("has-feature", 0, feature_message, "expected unchanged")
-    UNSUPPORTED = ("unsupported", 1, unsupported_message, "unchanged")
-    UNSEEN = ("unseen", UNSEEN_EXIT, unseen_message)
-    LINKED = ("linked", 1, linked_status_message, "unchanged")
-    PATCHED_WHEEL = ("patched-wheel", 0, patched_wheel_message, "applied expected")
+    HAS_FEATURE = ("has-feature", Exit.OK, feature_message, "expected unchanged")
+    UNSUPPORTED = ("unsupported", Exit.FAILED, unsupported_message, "unchanged")
+    UNSEEN = ("unseen", Exit.UNSEEN, unseen_message)
+    LINKED = ("linked", Exit.FAILED, linked_status_message, "unchanged")
+    PATCHED_WHEEL = ("patched-wheel", Exit.OK, patched_wheel_message, "applied expected")
 
     def message(self, status: Status) -> str:
         """What --status says of this state, for `status`."""

@@ -16,6 +16,7 @@ from torch_backport.installed.records import BuiltTopic, Manifest
 from torch_backport.installed.state import FileKind, State, Status
 from torch_backport.patchset.releases import known_defect
 from torch_backport.patchset.series import final_blobs, load_series, Series, supported_bases
+from torch_backport.infra.exit_codes import Exit
 
 
 def file_kind(install: Install, rel: str, patched_digest: Optional[str],
@@ -149,7 +150,7 @@ def cmd_status(install: Install) -> int:
     stale = stale_note(status)
     if stale:
         print(stale)
-        return 1
+        return Exit.FAILED
     return status.state.exit_code
 
 

@@ -22,6 +22,7 @@ from torch_backport.infra.errors import BackportError, Failed, Refused, report
 from torch_backport.infra.paths import shown
 from torch_backport.patchset.identify import Match, series_by_content
 from torch_backport.patchset.series import refuse_shared_files, select_topics, Series, Topic
+from torch_backport.infra.exit_codes import Exit
 
 Say = Callable[[str], None]
 
@@ -170,7 +171,7 @@ def show_status(mode: Mode, chosen: List[Topic], named: bool) -> int:
         print(f"\npartly applied: default topic {', '.join(missing)} is pristine while "
               "another default topic is applied; apply without --topic applies "
               "it (--topic default,NAME adds an opt-in topic)")
-        return 1
+        return Exit.FAILED
     return code
 
 
@@ -248,7 +249,7 @@ def run(command: str, names: Optional[List[str]], check: bool,
                 execute_plans(mode, command, chosen, named, reached)
             if command == "revert" and not named:
                 mode.after_plain_revert(chosen)
-            return 0
+            return Exit.OK
 
     return run_reporting(
         work, invoked_as, lambda: opened[0].interrupted() if opened else None,
@@ -288,13 +289,13 @@ def run_reporting(work: Callable[[], int], invoked_as: str,
         if message is None:
             raise
         print(message, file=sys.stderr)
-        return 130
+        return Exit.INTERRUPTED
     except OSError as problem:
         report(Failed(os_error(problem)), invoked_as)
         hint = failed()
         if hint is not None:
             print(hint, file=sys.stderr)
-        return 1
+        return Exit.FAILED
 
 
 def release_series(version: str, blobs: Mapping[str, Optional[str]], chosen: List[Topic],

@@ -31,6 +31,7 @@ from torch_backport.installed.install import find_install, Install
 from torch_backport.installed.state import State, Status
 from torch_backport.patchset.series import primary_topic, select_topics, Topic
 from torch_backport.installed.status import inspect
+from torch_backport.infra.exit_codes import Exit
 
 if TYPE_CHECKING:  # verify/cells.py imports torch: only once the process is isolated
     from torch_backport.verify.cells import Cell, CellSpec
@@ -171,17 +172,17 @@ def verdict(cells: List[Cell], states: Dict[str, Optional[Status]], command: str
     if not cells:
         print(f"{command}: --verify has no cell for the topics named; run it without --topic "
               "(the default topics) or with --topic all", file=sys.stderr)
-        return 2
+        return Exit.USAGE
     failed = [cell for cell in cells if not cell.holds]
     if not failed:
         print(f"verify: all {len(cells)} cells hold ({seconds:.0f} s)")
-        return 0
+        return Exit.OK
     print(f"verify: {len(failed)} of {len(cells)} cells do not hold ({seconds:.0f} s):")
     for defect in dict.fromkeys(cell.defect for cell in failed):
         print(f"  {defect}")
     for topic in dict.fromkeys(cell.topic for cell in failed if not cell.raised):
         print(f"  {advice(topic, states.get(topic), command)}")
-    return 1
+    return Exit.FAILED
 
 
 def model_verdict(spec: str, work: Path, states: Dict[str, Optional[Status]],
@@ -220,7 +221,7 @@ def run(order: Order) -> int:
         problem = compiler_problem()
         if problem:
             print(problem, file=sys.stderr)
-            return 1
+            return Exit.FAILED
         if model:
             return model_verdict(model, cache, states, order.invoked_as)
         return verdict(run_cells(chosen), states, order.invoked_as, started)

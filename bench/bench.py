@@ -36,7 +36,8 @@ BUILDS = ["stock", "patched", "upstream"]
 
 # (workload, size, mode, custom pass)
 FULL = (
-    [("chain", links, "infer", custom) for links in (250, 1000, 3000) for custom in ("none", "fakeprop")]
+    [("chain", links, "infer", custom) for links in (250, 1000, 3000)
+     for custom in ("none", "fakeprop")]
     + [("transformer", 4, "infer", custom) for custom in ("none", "uuid", "nouuid", "fakeprop")]
     + [("transformer", 4, "train", custom) for custom in ("none", "fakeprop")]
     + [("convbn", 8, "infer", "none")]
@@ -83,7 +84,8 @@ def summarize(runs: list[dict[str, Any]], configs: list[tuple[str, int, str, str
         "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for config in configs:
-        warm = {b: median_spread(pick(config, b, "warm", "seconds_to_first_result")) for b in BUILDS}
+        warm = {b: median_spread(pick(config, b, "warm", "seconds_to_first_result"))
+                for b in BUILDS}
         pre = {b: statistics.median(pick(config, b, "warm", "pre_grad_seconds")) for b in BUILDS}
         calls = "/".join(
             f"{statistics.median(pick(config, b, 'cold', 'pre_grad_calls')):.0f}+"
@@ -103,7 +105,8 @@ def summarize(runs: list[dict[str, Any]], configs: list[tuple[str, int, str, str
         "",
         "Cold start (empty cache directory), pre-grad work by graph size, stock build:",
         "",
-        "| configuration | FX nodes | built-in + custom pre-grad s | of which custom pass s | cold s |",
+        "| configuration | FX nodes | built-in + custom pre-grad s | of which custom pass s "
+        "| cold s |",
         "|---|---:|---:|---:|---:|",
     ]
     for config in configs:
@@ -117,7 +120,8 @@ def summarize(runs: list[dict[str, Any]], configs: list[tuple[str, int, str, str
     return "\n".join(lines) + "\n"
 
 
-def plot(runs: list[dict[str, Any]], configs: list[tuple[str, int, str, str]], out: Path) -> list[str]:
+def plot(runs: list[dict[str, Any]], configs: list[tuple[str, int, str, str]],
+         out: Path) -> list[str]:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -201,7 +205,8 @@ def main() -> int:
             for config in configs:
                 order = BUILDS[repeat % 3:] + BUILDS[:repeat % 3]
                 for build in order:
-                    cache_dir = Path(tmp) / f"{repeat}-{build}-{label(config).replace(' ', '_').replace('/', '')}"
+                    name = label(config).replace(' ', '_').replace('/', '')
+                    cache_dir = Path(tmp) / f"{repeat}-{build}-{name}"
                     for phase in ("cold", "warm"):
                         result = run_worker(pythons[build], config, cache_dir)
                         runs.append({"config": list(config), "build": build, "phase": phase,

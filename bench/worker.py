@@ -116,7 +116,8 @@ def build(workload: str, size: int, mode: str) -> tuple[torch.nn.Module, torch.T
         return Chain(size), torch.randn(64, requires_grad=mode == "train")
     if workload == "transformer":
         layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
-        model: torch.nn.Module = torch.nn.TransformerEncoder(layer, size, enable_nested_tensor=False)
+        model: torch.nn.Module = torch.nn.TransformerEncoder(layer, size,
+                                                             enable_nested_tensor=False)
         return model.train(mode == "train"), torch.randn(2, 16, 64)
     if workload == "convbn":
         return convbn(size).eval(), torch.randn(1, 3, 16, 16)

@@ -23,7 +23,7 @@ from torch_backport.infra.paths import shown
 from torch_backport.patchset.releases import HAS_IT, NOT_YET
 from torch_backport.patchset.identify import identify, Match, version_preference
 from torch_backport.patchset.series import (fixed_bases, load_series, pristine_blobs, Series,
-                                   supported_bases, Topic)
+                                            supported_bases, Topic)
 from torch_backport.download.release_wheels import ReleaseFiles
 
 

@@ -156,6 +156,7 @@ def latest(request: Request, patches: Store) -> int:
     if newest is None:
         raise Refused(f"--latest: {why}; nothing was written")
     tier: Optional[release_tier.Tier] = None
+    code: int
     with recorded() as lines:
         if newest in tables.read_candidates(patches.root):
             print(f"nothing new: {newest} is a candidate (its series is written; "

@@ -12,7 +12,7 @@ from torch_backport.infra.exit_codes import Exit
 from torch_backport.infra.errors import Failed, Refused, report, UsageError
 from torch_backport.infra.fsio import atomic_write
 from torch_backport.patchset.releases import (candidates, HAS_IT, NOT_YET, Release,
-                                               served)
+                                              served)
 from torch_backport.patchset.series import Applied, load_series, store, Topic
 
 TABLE_BEGIN = "<!-- supported-releases: made by scripts/update-docs from patches/*.tsv -->"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: scripts/gpu-check.sh --python PY ... | --help: the check of a CUDA machine
-# (docs/testing.md, "On a GPU machine"). The check itself is test/harness/gpu_check.py,
+# (docs/gpu-check.md). The check itself is test/harness/gpu_check.py,
 # run by the python3 on PATH; this shim only finds that Python.
 set -euo pipefail
 if ! command -v python3 >/dev/null; then

@@ -37,6 +37,7 @@ from torch_backport.infra.exit_codes import Exit
 # The clone's maintainer tools (maint/, run by scripts/<name>): not shipped.
 MAINTAINER_COMMANDS = ("new-base", "check-patches", "update-docs")
 
+
 @dataclasses.dataclass
 class Request:
     """What the arguments ask for, after every mode rule."""
@@ -309,7 +310,7 @@ def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,
             if prog_note:
                 print(prog_note)
             modes = options.sections_for(request.command, request.checkout is not None,
-                                     request.python is not None)
+                                         request.python is not None)
             print(apply_help(invoked_as(default_python), modes), end="")
             return Exit.OK
         if default_python is not None:

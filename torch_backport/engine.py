@@ -102,9 +102,11 @@ def carry_out(order: Order) -> int:
         base, (out, cache) = order.base, order.written()
         assert base is not None
         # An overlay leaves no topic out: it is what was asked for, or nothing.
-        return driver.generate(names, lambda chosen, optional: cmd_overlay(
-            base, out, order.from_install, cache, chosen), "the output directory keeps a journal of what this run wrote; the "
-            "next run finishes or replaces it", order.invoked_as)
+        return driver.generate(
+            names, lambda chosen, optional: cmd_overlay(base, out, order.from_install, cache,
+                                                        chosen),
+            "the output directory keeps a journal of what this run wrote; the next run "
+            "finishes or replaces it", order.invoked_as)
     if order.task is Task.READ_INSTALL_FILES:
         from torch_backport.installed.pristine import probe
         print(json.dumps(probe(list(order.paths))))

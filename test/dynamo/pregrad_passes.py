@@ -22,8 +22,6 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from isa_probe import SKIP_ISA_PROBE  # every child of a test alike, so their cache keys agree
 
 
-
-
 def child_environment(here: os.PathLike[str] | str, **extra: str) -> dict[str, str]:
     """os.environ (with the cache directory, emptied for the test) for a child that
     imports the test helpers in `here`, without the ISA probe."""

@@ -25,7 +25,6 @@ stock release.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import re
 import subprocess

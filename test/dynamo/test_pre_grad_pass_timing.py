@@ -51,6 +51,7 @@ def late_without_uuid(custom_pass: object) -> str:
         "lookup). Either implement uuid() or set pre_grad_pass_timing to 'early'."
     )
 
+
 COLD_MISS = {"aot_hit": 0, "aot_miss": 1, "fx_hit": 0, "fx_miss": 1}
 WARM_HIT = {"aot_hit": 1, "aot_miss": 1, "fx_hit": 1, "fx_miss": 1}
 
@@ -198,7 +199,7 @@ class PreGradPassTimingTests(TestCase):
         self.assertExpectedInline(
             "\n".join(record.getMessage() for record in logs.records),
             """\
-pre_grad_custom_pass CountingPass does not implement uuid(); falling back to early timing (pre-grad pass cache will be bypassed). Implement uuid() on your CustomGraphPass to enable caching.""",
+pre_grad_custom_pass CountingPass does not implement uuid(); falling back to early timing (pre-grad pass cache will be bypassed). Implement uuid() on your CustomGraphPass to enable caching.""",  # noqa: E501 (the real output)
         )
 
     def test_pre_grad_pass_late_timing_without_uuid_raises(self) -> None:

@@ -60,6 +60,9 @@ $PREGRAD_CACHE/kernels/<venv>/<key> (test/dynamo/kept_kernels.py: the key
 is the interpreter, the compiler and its version, the CPU's flags and the
 torch files); every test still starts with empty FX graph and AOTAutograd
 caches, and each pytest process has a live directory of its own.
+Before the matrix it runs the configured linters (test/harness/lint.py:
+flake8 and mypy --strict, about 15 s; not with --short or PYTEST_ARGS): a
+finding stops the run there, before any venv is made.
 At the end it prints a table build x suite -> passed / failed /
 expected-fail with a verdict, each job's wall and CPU time and tier, the
 setup time, the critical path and the total, and a summary line. Full
@@ -113,6 +116,7 @@ from torch_backport.infra.errors import Refused  # noqa: E402
 from torch_backport.infra.fsio import cache_dir  # noqa: E402
 
 import durations  # noqa: E402
+import lint  # noqa: E402
 import venvs  # noqa: E402
 from disk_watch import DiskWatch  # noqa: E402
 from matrix_jobs import (QUICK_RELEASES, WHEEL_RELEASE, Build, Job, SetupFailed,  # noqa: E402
@@ -404,6 +408,10 @@ def run(options: Options) -> int:
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
     prepare_environment()
+    # The linters first (about 15 s): a finding stops the run before the
+    # hour of jobs. Not for a selection (--short, PYTEST_ARGS).
+    if not options.short and not options.pytest_args and not lint.check(logs):
+        return 1
     disk = DiskWatch([cache_dir(), Path(tempfile.gettempdir())])
     runner = PytestRunner(logs, os.environ, REPO)
     known = durations.load()

@@ -136,7 +136,8 @@ class PytestRunner:
         # What decides a job's verdict comes from the job alone, never from
         # the caller's environment.
         self.base_env = {name: value for name, value in base_env.items()
-                         if not name.startswith(("PREGRAD_EXPECT_", "PREGRAD_STOCK_DISCRIMINATING"))}
+                         if not name.startswith(("PREGRAD_EXPECT_",
+                                                 "PREGRAD_STOCK_DISCRIMINATING"))}
         self.repo = repo
         self.say = say
         self._processes: Dict[str, subprocess.Popen[bytes]] = {}

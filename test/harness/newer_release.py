@@ -74,7 +74,8 @@ def summarise(check_output: str) -> str:
         text = topic.group(2)
         replayed = re.match(r"replayed (\S+)'s .*?: (.*)$", text)
         if replayed:
-            clauses.append(f"{topic.group(1)}: {replayed.group(1)}'s series merges ({replayed.group(2)})")
+            clauses.append(f"{topic.group(1)}: {replayed.group(1)}'s series merges "
+                           f"({replayed.group(2)})")
         elif "does not merge" in text:
             clauses.append(f"{topic.group(1)}: {text.split(' (3-way')[0]}")
         elif text.endswith(": has it"):
@@ -91,8 +92,8 @@ def main() -> int:
         return 0
     release = newer(offered, listed())
     if release is None:
-        print(f"newer torch: none on the index (newest {max(offered, key=lambda v: numbers(v) or ())}"
-              f" is in patches/releases.tsv)")
+        newest = max(offered, key=lambda v: numbers(v) or ())
+        print(f"newer torch: none on the index (newest {newest} is in patches/releases.tsv)")
         return 0
     try:
         check = subprocess.run([str(NEW_BASE), release, "--check"], capture_output=True,

@@ -92,7 +92,8 @@ def rehearse(topic: model.Topic, base: str, neighbour: str, pythons: Dict[str, s
         version = base[1:]
         result = subprocess.run(
             [str(NEW_BASE), version, "--from", neighbour, "--topic", topic.name,
-             "--python", pythons[version], "--base-python", f"{neighbour[1:]}={pythons[neighbour[1:]]}",
+             "--python", pythons[version],
+             "--base-python", f"{neighbour[1:]}={pythons[neighbour[1:]]}",
              "--patches", str(patches), "--scratch", str(Path(tmp) / "scratch")],
             capture_output=True, text=True)
         output = (result.stdout + result.stderr).replace(tmp, "<tmp>")
@@ -126,8 +127,9 @@ def main(argv: List[str]) -> int:
             print(f"| {item.topic} | {item.base} | {item.neighbour} | {what} |")
     else:
         for item in done:
+            changed = "" if item.untouched or item.outcome != "conflict" else " (patches/ CHANGED)"
             print(f"{item.topic:22} {item.base:8} <- {item.neighbour:8} {item.outcome:9} "
-                  f"{item.detail}{'' if item.untouched or item.outcome != 'conflict' else ' (patches/ CHANGED)'}")
+                  f"{item.detail}{changed}")
     return 0
 
 

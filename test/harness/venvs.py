@@ -17,8 +17,9 @@ ready stamp names all four). The first install downloads about 4.6 GB (torch and
 CUDA libraries; they run on the CPU too) into $PREGRAD_CACHE/wheelhouse
 (`pip download`, then `pip install --no-index --find-links` from there), so
 that a wheel two venvs share is downloaded once; the release's torch wheel
-leaves the wheelhouse once its venv is ready. Files of 1 MB or more that another venv under $PREGRAD_CACHE/venvs
-holds byte for byte are then hard-linked to it (util-linux's hardlink, if
+leaves the wheelhouse once its venv is ready. Files of 1 MB or more that
+another venv under $PREGRAD_CACHE/venvs holds byte for byte are then
+hard-linked to it (util-linux's hardlink, if
 present): ten releases, with their patched copies, take about 32 GB.
 
 --patched-copy NAME makes sure the stock venv torch-VERSION exists, then

@@ -97,7 +97,8 @@ def make_checkout(path: Path, site: Path, files: list[str] | None = None) -> Che
     checkout.git("commit", "-q", "-m", "v2.11.0")
     checkout.git("tag", "v2.11.0")
     checkout.commit_file("RELEASE_NOTES.md", b"# 2.11.x\n", "Add release notes")
-    utils = checkout.read("torch/_inductor/utils.py") if (path / "torch/_inductor/utils.py").exists() else b""
+    utils = (checkout.read("torch/_inductor/utils.py")
+             if (path / "torch/_inductor/utils.py").exists() else b"")
     checkout.commit_file(
         "torch/_inductor/utils.py", utils + b"\n# cherry-pick: unrelated fix\n",
         "[release/2.11] unrelated inductor fix",

@@ -109,7 +109,7 @@ feature present at HEAD: no
   missing                 0003-inductor-remember-a-successful-ISA-probe-next-to-its.patch
 series: 0 of 3 patches applied (matched by patch-id)
 feature present at HEAD: no
-""")
+""")  # noqa: E501 (the real output)
 
     def test_apply_makes_one_commit_per_patch_keeping_messages(self) -> None:
         checkout = self.checkout()
@@ -151,8 +151,8 @@ already applied: all 2 patches are in HEAD's history; nothing to do
         before = checkout.state()
         code, output = checkout.run("--check")
         self.assertEqual(code, 0, output)
-        self.assertIn(f"check: {len(SERIES.patches)} patch(es) would apply; HEAD, index and work tree "
-                      "untouched", output)
+        self.assertIn(f"check: {len(SERIES.patches)} patch(es) would apply; HEAD, index and "
+                      "work tree untouched", output)
         self.assertEqual(checkout.state(), before)
 
     def test_check_writes_nothing_into_the_repository_objects_included(self) -> None:
@@ -274,7 +274,8 @@ already applied: all 2 patches are in HEAD's history; nothing to do
         for rel in TOUCHED:
             self.assertEqual(checkout.read(rel), (self.site / rel).read_bytes(), rel)
         self.assertEqual(checkout.read("NOTES"), b"later, unrelated\n")
-        self.assertIn(f"series: 0 of {len(SERIES.patches)} patches applied", checkout.run("--status")[1])
+        self.assertIn(f"series: 0 of {len(SERIES.patches)} patches applied",
+                      checkout.run("--status")[1])
 
     def test_revert_refuses_when_later_commits_touched_the_same_lines(self) -> None:
         checkout = self.patched_then_changed_on_top()

@@ -200,7 +200,7 @@ torch 2.11.0 in <site> (base v2.11.0, 8 patches)
 scripts/apply.sh: files differ from torch's RECORD, so nothing was changed:
   <site>/torch/_inductor/config.py: differs from the wheel and the series
 reinstall torch (<python> -m pip install --force-reinstall --no-deps torch==2.11.0) or undo the local edits
-""")
+""")  # noqa: E501 (the real output)
         self.assertEqual(install.snapshot(), before)
 
     def test_revert_refuses_files_changed_after_patching(self) -> None:
@@ -216,7 +216,7 @@ torch 2.11.0 in <site> (base v2.11.0, 8 patches)
 scripts/apply.sh: files changed after the series was applied, so nothing was reverted:
   <site>/torch/_inductor/codecache.py: differs from the wheel and the series
 reinstall torch (<python> -m pip install --force-reinstall --no-deps torch==2.11.0) to get the wheel's files back
-""")
+""")  # noqa: E501 (the real output)
         self.assertEqual(install.snapshot(), before)
 
     def test_release_with_the_feature_gets_the_results_fixes(self) -> None:
@@ -296,7 +296,7 @@ torch 2.11.0 in <site> (base v2.12.0, topic autocast-cache-key, 3 patches)
 torch 2.11.0: the one file the series touches is byte-identical to v2.12.0's: applying patches/v2.12.0/autocast-cache-key
   would patch torch/_functorch/_aot_autograd/autograd_cache.py
 check: the series applies cleanly; 1 file(s) would change, nothing was written
-""")
+""")  # noqa: E501 (the real output)
 
     def test_vendor_build_that_has_the_feature_is_refused_as_unseen(self) -> None:
         """A vendor 2.11.0 build that cherry-picked the feature: its files are

@@ -81,7 +81,6 @@ class BytecodeTest(InstallTestCase):
                       f"{CONFIG}", output)
 
 
-
 PYC_NAME = f"config.{sys.implementation.cache_tag}.pyc"
 
 
@@ -152,6 +151,7 @@ class PlantedBytecodeTest(InstallTestCase):
 
     def test_a_link_to_dev_zero_at_the_pyc_is_not_read(self) -> None:
         self.apply_over_a_planted_pyc("/dev/zero")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -60,7 +60,7 @@ v2.11.0 cpu-isa-probe: ok
   <patches>/v2.11.0/series:13: missing.patch does not exist
   <patches>/v2.11.0/0002-inductor-key-the-FX-graph-and-AOTAutograd-caches-on-.patch: not listed in <patches>/v2.11.0/series
 check-patches: finished with 4 error(s)
-""")
+""")  # noqa: E501 (the real output)
 
     def test_crlf_and_missing_provenance_are_reported(self) -> None:
         patch = self.series / FIRST
@@ -75,10 +75,12 @@ check-patches: finished with 4 error(s)
         patch = self.series / FIRST
         patch.write_text(patch.read_text().replace(
             "     ignore_shape_env: bool = False,\n     disable_functionalization: bool = False,\n",
-            "     ignore_shape_env: bool = True,\n     disable_functionalization: bool = False,\n", 1))
+            "     ignore_shape_env: bool = True,\n"
+            "     disable_functionalization: bool = False,\n", 1))
         code, output = self.check()
         self.assertEqual(code, 1)
-        self.assertIn(f"<patches>/v2.11.0/{FIRST} does not apply to the pristine v2.11.0 files:", output)
+        self.assertIn(f"<patches>/v2.11.0/{FIRST} does not apply to the pristine v2.11.0 files:",
+                      output)
         self.assertRegex(output, r"error: patch failed: torch/_functorch/aot_autograd\.py:\d+")
 
 

@@ -26,8 +26,9 @@ from fake_install import (APPLY, FakeInstall, FAULT, MANIFEST, make_fake_install
 
 MAX_STEPS = 200
 # What a plain apply commits on v2.11.0: every default topic's series.
+# (far above any command's step count: a walk that reaches it is a bug).
 PATCH_COUNT = sum(len(model.load_series("v2.11.0", topic).patches)
-                  for topic in model.select_topics(None))  # far above any command's step count: a walk that reaches it is a bug
+                  for topic in model.select_topics(None))
 
 
 def free_bytes(path: Path) -> int:

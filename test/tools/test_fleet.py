@@ -149,8 +149,8 @@ class FleetTest(ScratchTestCase):
         code, output = self.fleet("--platform", "manylinux_2_28_aarch64", "--python-version",
                                   "3.12")
         self.assertEqual(code, 1, output)
-        self.assertIn(f"scripts/apply.sh: <tmp>/dist/{wheel.name}: its METADATA cannot be read for the "
-                      "index", output)
+        self.assertIn(f"scripts/apply.sh: <tmp>/dist/{wheel.name}: its METADATA cannot be read "
+                      "for the index", output)
         self.assertEqual(snapshot(self.out), before)
         self.assertFalse(list((self.tmp / "cache").rglob(f"*{AARCH64.split('-')[2]}*")))
 

@@ -1,6 +1,6 @@
 """scripts/gpu-check.sh where there is no GPU: what it must not do, and its usage.
 
-The check itself needs a CUDA device (docs/testing.md, "On a GPU machine").
+The check itself needs a CUDA device (docs/gpu-check.md).
 scripts/gpu-check.sh is a shim: the check is test/harness/gpu_check.py, run
 by python3. Here, on the stock 2.11.0 venv's python with CUDA hidden
 (CUDA_VISIBLE_DEVICES="", so that a GPU machine running this suite gets the

@@ -227,7 +227,6 @@ class SlowServerTest(unittest.TestCase):
             self.assertLess(time.monotonic() - started, 6)
         self.assertLess(server.sent, 1000)
 
-
     def test_a_server_that_drips_its_headers_is_cut_off_at_the_deadline(self) -> None:
         listener = socket.socket()
         listener.bind(("127.0.0.1", 0))

@@ -226,8 +226,8 @@ class MessagesTest(InstallTestCase):
         install.path(TOUCHED[0]).write_bytes(install.path(TOUCHED[0]).read_bytes() + b"# edit\n")
         code, output = install.run("--revert")
         self.assertEqual(code, 1, output)
-        self.assertIn("scripts/apply.sh: refused: files differ from torch's RECORD, and the series was "
-                      "not applied by this script", output)
+        self.assertIn("scripts/apply.sh: refused: files differ from torch's RECORD, and the "
+                      "series was not applied by this script", output)
         self.assertNotIn("nothing to revert", output)
 
     def test_overlay_of_another_base_from_an_install_names_the_installs_base(self) -> None:

@@ -260,7 +260,6 @@ class VerdictTest(ScratchTestCase):
         self.assertEqual([(row.counts, row.verdict.split(",")[0]) for row in found.rows],
                          [("pytest did not run", "FAILED")])
 
-
     def test_stopping_the_runner_ends_a_running_job(self) -> None:
         """An abandoned run (a venv that failed, Ctrl-C) leaves no pytest behind."""
         started = self.tmp / "started"
@@ -348,7 +347,6 @@ class CommandLineTest(ScratchTestCase):
             "PREGRAD_KERNEL_STORE": str(self.tmp / "cache" / "kernels" / "torch-2.11.0")})
         self.assertEqual(jobs["stock-2.11.0"]["argv"][:2], ["-m", "not patched_only"])
 
-
     def test_the_oldest_and_newest_release_run_on_the_other_pythons_users_run(self) -> None:
         """2.9.0 on Python 3.10 and 2.15.0 on 3.13: the short tier with
         --verify's suite, stock (with the round trip) and patched, each in
@@ -374,6 +372,7 @@ class CommandLineTest(ScratchTestCase):
         refused = self.matrix("--releases", "2.13.0", "--short", "--", "-x")
         self.assertEqual((refused.returncode, refused.stderr.strip()),
                          (2, "test.sh: --short takes no PYTEST_ARGS"))
+
 
 @pytest.mark.usefixtures("patched_python")  # conftest.py: skips without
 class StockExpectationTest(ScratchTestCase):

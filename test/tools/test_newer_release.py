@@ -21,7 +21,7 @@ cpu-isa-probe: 0001-x.patch of v2.13.0 does not merge onto torch 2.16.0's files 
   torch/_inductor/cpu_vec_isa.py: hunk @@ -1,2 +1,3 @@ does not apply to 2.16.0's file
 would write patches/v2.16.0/
 check: nothing was written
-"""
+"""  # noqa: E501 (the real output)
 
 
 class NewerReleaseTest(expecttest.TestCase):
@@ -37,7 +37,7 @@ class NewerReleaseTest(expecttest.TestCase):
 
     def test_summary_names_each_topic(self) -> None:
         self.assertExpectedInline(summarise(CHECK_OUTPUT), """\
-pre-grad-pass-timing: v2.14.1's series merges (0001 3-way merge, clean, 0002 applied as is); autocast-cache-key: has it upstream; cpu-isa-probe: 0001-x.patch of v2.13.0 does not merge onto torch 2.16.0's files""")
+pre-grad-pass-timing: v2.14.1's series merges (0001 3-way merge, clean, 0002 applied as is); autocast-cache-key: has it upstream; cpu-isa-probe: 0001-x.patch of v2.13.0 does not merge onto torch 2.16.0's files""")  # noqa: E501 (the real output)
 
 
 if __name__ == "__main__":

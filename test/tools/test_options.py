@@ -33,7 +33,7 @@ class OptionTableTest(unittest.TestCase):
 
     def test_every_option_the_help_names_is_parsed(self) -> None:
         named = set(OPTION_RE.findall(apply_help())) - {"--help", "--require-hashes",
-                                                         "--index-url", "--find-links"}
+                                                        "--index-url", "--find-links"}
         self.assertEqual(named - {option.name for option in options.OPTIONS}, set())
 
     def test_every_usage_line_parses(self) -> None:

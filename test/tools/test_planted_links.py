@@ -142,5 +142,6 @@ class PreThreeElevenRemovalTest(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(root)), ["outside"])
         self.assertEqual((outside / "kept").read_bytes(), ROOT_ONLY)
 
+
 if __name__ == "__main__":
     unittest.main()

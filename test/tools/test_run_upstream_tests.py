@@ -47,7 +47,8 @@ class RunUpstreamTestsTest(ScratchTestCase):
         super().setUp()
         self.install = make_fake_install(self.tmp / "install", source_python(STOCK))
         # pytest and its dependencies, after the small install's own site-packages.
-        (self.install.site / "zz-test-runner.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        (self.install.site / "zz-test-runner.pth").write_text(
+            sysconfig.get_paths()["purelib"] + "\n")
         self.checkout = Checkout(self.tmp / "pytorch")
         self.checkout.path.mkdir()
         self.checkout.git("init", "-q")

@@ -10,7 +10,8 @@ import unittest
 
 from hypothesis import given, settings, strategies as st
 
-from fake_install import AUTOCAST_BASES, BASES as LISTED, ISA_BASES, REPO, source_python, STOCK, torch_site
+from fake_install import (AUTOCAST_BASES, BASES as LISTED, ISA_BASES, REPO, source_python,
+                          STOCK, torch_site)
 
 import torch_backport.patchset.series as model  # noqa: E402
 from torch_backport.patchset.apply import apply_series  # noqa: E402

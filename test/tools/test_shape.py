@@ -76,7 +76,8 @@ def package_imports(tree: ast.Module) -> Set[str]:
     infra.fsio)."""
     found: Set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch_backport":
+        if isinstance(node, ast.ImportFrom) \
+                and (node.module or "").split(".")[0] == "torch_backport":
             base = (node.module or "")[len("torch_backport."):]
             for alias in node.names:
                 if alias.name == "__version__":
@@ -244,7 +245,8 @@ class ShapeTest(unittest.TestCase):
                 stale += [f"{where}: {match.group(1)}" for match in FILE_NAME.finditer(line)
                           if match.group(1) not in files]
                 for match in MODULE_NAME.finditer(line):
-                    folder, module = match.group(1) or match.group(3), match.group(2) or match.group(4)
+                    folder = match.group(1) or match.group(3)
+                    module = match.group(2) or match.group(4)
                     if f"{folder}.{module}" not in modules_now:
                         stale.append(f"{where}: {folder}.{module}")
         self.assertEqual(stale, [])

@@ -197,6 +197,7 @@ class OverlaySwappedAtEveryStepTest(RootOwnedCopyCase):
             out = self.root / f"out-{step}"
             shutil.copytree(earlier, out)
             give_to_nobody(out)
+
             def swap() -> None:
                 if (out / "torch").exists():  # gone between removing the old and moving in
                     as_nobody("mv", str(out / "torch"), str(out / "torch.real"))
@@ -252,6 +253,7 @@ class IndexSwappedAtEveryStepTest(unittest.TestCase):
             for metadata in out.glob("*.metadata"):
                 metadata.unlink()  # so that the run writes them too
             give_to_nobody(out)
+
             def swap() -> None:
                 as_nobody("mv", str(out / "simple"), str(out / "simple.real"))
                 as_nobody("ln", "-s", str(self.decoy), str(out / "simple"))

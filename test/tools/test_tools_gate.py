@@ -54,7 +54,8 @@ BREAKS = [
           "test_apply_wheel.py::ApplyWheelTest::"
           "test_apply_refuses_a_modified_install_and_changes_nothing"),
     Break("an optional topic without a series is not available, not a failure",
-          "torch_backport/patchset/series.py", "return not named and not self.primary", "return False",
+          "torch_backport/patchset/series.py", "return not named and not self.primary",
+          "return False",
           "test_topics.py::TopicsWheelTest::"
           "test_status_calls_an_opt_in_topic_without_a_series_not_available"),
     Break("every topic is planned before any is written",
@@ -92,17 +93,20 @@ BREAKS = [
           "test_credentials_by_origin.py::RedirectsTest::"
           "test_each_redirect_code_to_another_port_sends_no_credentials"),
     Break("a reply whose declared length is past the range is refused before its body",
-          "torch_backport/download/transport.py", "if declared.isdigit() and int(declared) > limit:",
+          "torch_backport/download/transport.py",
+          "if declared.isdigit() and int(declared) > limit:",
           "if False:",
           "test_hostile_replies.py::LongReplyTest::"
           "test_a_declared_length_past_the_range_is_refused_before_the_body"),
     Break("a member whose zip size is not RECORD's is not read",
-          "torch_backport/download/release_wheels.py", "    if info.file_size != size or info.compress_size",
+          "torch_backport/download/release_wheels.py",
+          "    if info.file_size != size or info.compress_size",
           "    if False and info.compress_size",
           "test_hostile_replies.py::LyingZipTest::"
           "test_a_zip_bomb_member_is_refused_before_it_is_inflated"),
     Break("a RECORD entry the zip lacks is an error",
-          "torch_backport/download/release_wheels.py", "        if rel in listed and rel not in names:",
+          "torch_backport/download/release_wheels.py",
+          "        if rel in listed and rel not in names:",
           "        if False:",
           "test_hostile_replies.py::LyingZipTest::test_a_record_entry_the_zip_lacks_is_an_error"),
     Break("member names that climb out of the install are refused",
@@ -151,7 +155,8 @@ BREAKS = [
           "test_a_backup_another_user_swapped_is_not_put_back"),
     Break("a file is read only where it is a regular file",
           "torch_backport/infra/fsio.py", "        if not stat.S_ISREG(found.st_mode):\n"
-          "            raise NotARegularFile(", "        if False:\n            raise NotARegularFile(",
+          "            raise NotARegularFile(",
+          "        if False:\n            raise NotARegularFile(",
           "test_foreign_owners.py::ForeignIndexDirectoryTest::"
           "test_a_fifo_named_like_a_wheel_is_refused_without_waiting"),
     Break("a directory is opened without following a link",

@@ -145,7 +145,7 @@ they cannot be applied together; nothing was changed
         self.assertExpectedInline(output, """\
 scripts/apply.sh: --topic 'cpu-isa': unknown topic 'cpu-isa'; nothing was done; topics: pre-grad-pass-timing, autocast-cache-key, cpu-isa-probe, default, all
 (see scripts/apply.sh --help)
-""")
+""")  # noqa: E501 (the real output)
         self.assertEqual(install.snapshot(), before)
 
     def test_unknown_topic_beside_all_is_a_usage_error_wherever_it_appears(self) -> None:
@@ -195,9 +195,9 @@ scripts/apply.sh: --topic 'cpu-isa': unknown topic 'cpu-isa'; nothing was done; 
         code, output = install.run("--topic", "all")
         self.assertEqual(code, 1, output)
         self.assertIn(
-            "scripts/apply.sh: torch 2.12.0+vendor is not a supported base of topic cpu-isa-probe: its "
-            "files match no base's (torch/_inductor/cpu_vec_isa.py differs from every "
-            "base's (nearest by version: v2.12.0)) "
+            "scripts/apply.sh: torch 2.12.0+vendor is not a supported base of topic "
+            "cpu-isa-probe: its files match no base's (torch/_inductor/cpu_vec_isa.py differs "
+            "from every base's (nearest by version: v2.12.0)) "
             "(supported: v2.9.1, v2.10.0, v2.11.0, v2.12.0, v2.13.0); nothing was changed",
             output)
         self.assertEqual(install.snapshot(), before)
@@ -218,7 +218,7 @@ pristine: every file the series touches matches torch's RECORD
 
 torch 2.12.0+vendor in <site> (topic cpu-isa-probe)
 not available for this release: topic cpu-isa-probe has no series that matches these files (torch/_inductor/cpu_vec_isa.py differs from every base's (nearest by version: v2.12.0)); supported bases: v2.9.1, v2.10.0, v2.11.0, v2.12.0, v2.13.0
-""")
+""")  # noqa: E501 (the real output)
         code, output = install.run("--status", "--topic", "cpu-isa-probe")
         self.assertEqual(code, 1, output)
         self.assertIn("unsupported: topic cpu-isa-probe has no series that matches", output)
@@ -243,7 +243,7 @@ torch 2.12.1 in <site> (base v2.12.0, topic cpu-isa-probe, 3 patches)
 torch 2.12.1: the one file the series touches is byte-identical to v2.12.0's: applying patches/v2.12.0/cpu-isa-probe
   patched torch/_inductor/cpu_vec_isa.py
 applied 3 patches to 1 files; originals kept in <site>/.torch-pregrad-backport-cpu-isa-probe
-""")
+""")  # noqa: E501 (the real output)
         code, output = install.run("--status")
         self.assertEqual(code, 0, output)
         self.assertIn("patched: the series is applied (revert with --revert --topic "

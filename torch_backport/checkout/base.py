@@ -15,7 +15,8 @@ from torch_backport.infra.errors import Refused
 from torch_backport.infra.git import Git
 from torch_backport.checkout.history import find_series_commits, History
 from torch_backport.patchset.identify import identify, Identified, Match
-from torch_backport.patchset.series import load_series, pristine_blobs, Series, supported_bases, Topic
+from torch_backport.patchset.series import (load_series, pristine_blobs, Series,
+                                            supported_bases, Topic)
 
 
 @dataclass

@@ -14,7 +14,8 @@ from typing import Dict, IO, List, Optional, Set, Tuple
 from torch_backport.infra.errors import Refused
 from torch_backport.infra.git import Git
 from torch_backport.patchset.identify import topic_files
-from torch_backport.patchset.series import load_series, pristine_blobs, Series, supported_bases, Topic
+from torch_backport.patchset.series import (load_series, pristine_blobs, Series,
+                                            supported_bases, Topic)
 
 NULL_BLOB = "0" * 40
 LOG = ["log", "-p", "--raw", "--no-abbrev", "--full-index", "--no-color", "--no-merges",

@@ -190,4 +190,3 @@ def options(python: str = sys.executable,
 def load() -> PipConfig:
     """This machine's pip configuration (files and PIP_* variables)."""
     return from_options(options())
-

@@ -136,7 +136,8 @@ def locate(version: str, target: Target) -> Tuple[Optional[str], str]:
     indexes and find-links, read from their simple API (no wheel is
     downloaded), or None and why."""
     transport.require()
-    from torch_backport.download.simple_index import find_wheel  # packaging: not needed by every mode
+    # packaging, which simple_index needs, is not needed by every mode.
+    from torch_backport.download.simple_index import find_wheel
     chosen, why = find_wheel(version, target.python, target.platform, pip_config.load(),
                              transport.shared())
     return (chosen.url, "") if chosen is not None else (None, why)

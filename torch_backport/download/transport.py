@@ -72,7 +72,8 @@ def available() -> bool:
     """urllib3 2.2 or later, and packaging (simple_index.py), can be imported."""
     if urllib3 is None or importlib.util.find_spec("packaging") is None:
         return False
-    found = tuple(int(part) for part in re.findall(r"\d+", getattr(urllib3, "__version__", "0"))[:2])
+    version = getattr(urllib3, "__version__", "0")
+    found = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
     return found >= MIN_URLLIB3
 
 

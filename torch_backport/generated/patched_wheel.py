@@ -177,7 +177,8 @@ def plan_wheel(wheel: WheelFile, path: Path, request: BuildRequest) -> Plan:
     # as LF, written back with CRLF. Mixed endings are left as they are (a
     # real difference, refused as one).
     crlf = sorted(rel for rel, data in as_read.items()
-                  if b"\r\n" in data and data == data.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"))
+                  if b"\r\n" in data
+                  and data == data.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"))
     files = {rel: data.replace(b"\r\n", b"\n") if rel in crlf else data
              for rel, data in as_read.items()}
     if crlf:

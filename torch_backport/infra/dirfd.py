@@ -31,7 +31,7 @@ from typing import Iterable, Iterator, List, Optional, Tuple
 
 from torch_backport.infra.errors import Refused
 from torch_backport.infra.fsio import (FILE_CAP, fault_point, fill, is_our_temp, kind_of,
-                                       LinkRefused, open_regular, owner_of, read_capped,
+                                       LinkRefused, open_regular, read_capped,
                                        TEMP_SUFFIX)
 
 OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -139,7 +139,7 @@ class Dir:
         link, FIFO or device, at most `cap` bytes, or its first `cap` bytes
         with `head`) and its status, from one descriptor."""
         try:
-            with open_regular(name, cap, self.fd, self.path / name, head) as stream:
+            with open_regular(Path(name), cap, self.fd, self.path / name, head) as stream:
                 return read_capped(stream, self.path / name, cap, head), os.fstat(
                     stream.fileno())
         except FileNotFoundError as problem:

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from torch_backport.infra import record
 from torch_backport.infra.dirfd import Dir

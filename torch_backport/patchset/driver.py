@@ -273,8 +273,8 @@ def generate(names: Optional[List[str]],
 
 
 def run_reporting(work: Callable[[], int], invoked_as: str,
-             interrupted: Callable[[], Optional[str]],
-             failed: Callable[[], Optional[str]]) -> int:
+                  interrupted: Callable[[], Optional[str]],
+                  failed: Callable[[], Optional[str]]) -> int:
     """`work()`'s exit code; an error (errors.report, prefixed `invoked_as`),
     an OSError (disk full, a permission no plan could foresee, an I/O error)
     and a Ctrl-C are said, with what

@@ -200,4 +200,3 @@ def parse_file_section(where: str, path: str, body: List[str]
     if problems:
         return problems, None
     return problems, FileDiff(path, pre, post, tuple(hunks), added, removed)
-

@@ -144,7 +144,8 @@ class Store:
         unknown = sorted(wanted - {topic.name for topic in known} - {"all", "default"})
         if unknown:
             raise Refused(f"unknown topic {unknown[0]!r}; topics: "
-                          + ", ".join(f"{t.name} ({t.applied.value})" for t in known) + ", default, all")
+                          + ", ".join(f"{t.name} ({t.applied.value})" for t in known)
+                          + ", default, all")
         return [topic for topic in known
                 if "all" in wanted or topic.name in wanted
                 or ("default" in wanted and topic.applied is Applied.DEFAULT)]

@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import datetime
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -103,6 +104,16 @@ def write_all(request: Request, patches: Store, outcomes: List[Outcome], row: wr
         print(line)
     atomic_write(row_path(patches), row.text.encode(), 0o644)
     print(f"{row.done} {row.what}")
+    path = patches.root / tables.PRERELEASES
+    if request.index is not None:
+        text = tables.with_prerelease(patches.root, request.release, request.index)
+        atomic_write(path, text.encode(), 0o644)
+        print(f"listed {request.release} in {shown(path)}: its files came from "
+              f"{request.index}; --latest checks the final's by content on its day")
+    elif request.release in tables.read_prereleases(patches.root):
+        text = tables.with_prerelease(patches.root, request.release, None)
+        atomic_write(path, text.encode(), 0o644)
+        print(f"removed {request.release} from {shown(path)}: served from its own files")
     if staged:
         path = write.candidates_path(patches)
         text = tables.with_candidate(patches.root, request.release, listed=True)
@@ -138,6 +149,11 @@ def run(request: Request) -> int:
         return served(request, patches)
     if request.branch:
         refuse_changed_work_tree(request.patches)
+    if request.index is not None:
+        # As pip's --extra-index-url, for every read and install of this run
+        # (the release wheel, the tier's venvs).
+        os.environ["PIP_EXTRA_INDEX_URL"] = " ".join(
+            filter(None, [os.environ.get("PIP_EXTRA_INDEX_URL", ""), request.index]))
     if request.latest:
         return latest(request, patches)
     with recorded() as lines:
@@ -158,7 +174,14 @@ def latest(request: Request, patches: Store) -> int:
     tier: Optional[release_tier.Tier] = None
     code: int
     with recorded() as lines:
-        if newest in tables.read_candidates(patches.root):
+        if newest in tables.read_prereleases(patches.root):
+            code, outcome = final_by_content(request, patches, newest)
+            if code == DayOne.SERVED_CANDIDATE and request.branch and not request.check:
+                commit_on_branch(request, newest, None, written=(
+                    f"torch {newest}'s files are those of the pre-release its row was "
+                    "written from, read by content: its line in patches/prereleases.tsv "
+                    "is removed"))
+        elif newest in tables.read_candidates(patches.root):
             print(f"nothing new: {newest} is a candidate (its series is written; "
                   f"scripts/test.sh --releases {newest}, then scripts/new-base {newest} "
                   "--served)")
@@ -183,6 +206,42 @@ def latest(request: Request, patches: Store) -> int:
     if request.report is not None:
         write_report(request.report, newest, outcome, lines, tier)
     return code
+
+
+def final_by_content(request: Request, patches: Store, release: str) -> Tuple[int, str]:
+    """--latest: `release`'s row was written from a pre-release's files
+    (prereleases.tsv). The final's files, from the configured index, give
+    each topic the row's cell without a new series: served by content."""
+    index = tables.read_prereleases(patches.root)[release]
+    print(f"{release}'s row was written from a pre-release ({index}): reading the final's "
+          "files to compare")
+    temporary = Path(tempfile.mkdtemp(prefix="pregrad-new-base-"))
+    try:
+        check = dataclasses.replace(request, release=release, latest=False, check=True)
+        outcomes = decide(Run(check, cache_dir(), temporary / "scratch", temporary / "staged"),
+                          patches.select(["all"]))
+    except Refused as problem:
+        # A series replayed from the base the pre-release made reads that
+        # base's files from this release's wheel: the final's, which differ.
+        print(f"torch {release}'s files are not the pre-release's ({problem}): serve the "
+              f"final again (scripts/new-base {release})")
+        return Exit.FAILED, "pre-release differs"
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+    row = tables.read_releases(patches.root).cells[release]
+    differ = [o.topic.name for o in outcomes
+              if o.conflict or o.written is not None or o.cell != row.get(o.topic.name)]
+    if differ:
+        print(f"torch {release}'s files are not the pre-release's for topic(s) "
+              f"{', '.join(differ)}: serve the final again (scripts/new-base {release})")
+        return Exit.FAILED, "pre-release differs"
+    path = patches.root / tables.PRERELEASES
+    if not request.check:
+        text = tables.with_prerelease(patches.root, release, None)
+        atomic_write(path, text.encode(), 0o644)
+    print(f"{'would remove' if request.check else 'removed'} {release} from {shown(path)}: "
+          "the final's files are the pre-release's, so its row serves it by content")
+    return DayOne.SERVED_CANDIDATE, "served by content"
 
 
 def after_serving(request: Request, patches: Store, release: str, code: int,
@@ -231,9 +290,10 @@ def refuse_changed_work_tree(patches: Path) -> None:
                       "commit or stash them first; nothing was written")
 
 
-def commit_on_branch(request: Request, release: str,
-                     tier: Optional[release_tier.Tier]) -> None:
-    """One commit of what was written, on a new branch day-one/torch-RELEASE."""
+def commit_on_branch(request: Request, release: str, tier: Optional[release_tier.Tier],
+                     written: str = "") -> None:
+    """One commit of what was written, on a new branch day-one/torch-RELEASE;
+    `written` says what, where it is not a replayed series and its row."""
     repo = work_tree_of(request.patches)
     git = infra_git.checkout(repo)
     branch = f"day-one/torch-{release}"
@@ -242,10 +302,11 @@ def commit_on_branch(request: Request, release: str,
         *[name for name in BRANCHED if (repo / name).exists()])
     matrix = (f"The {tier.level} tier: {release_tier.summary_line(tier)}; --verify holds "
               "patched." if tier is not None else "No tier was run (--tier none).")
+    written = written or (f"the series replayed onto torch {release}'s files, its "
+                          "patches/releases.tsv row and the docs")
     git("commit", "-q", "-m", f"Serve torch {release} (scripts/new-base)\n\n"
-        f"Written by scripts/new-base{' --latest' if request.latest else ''}: the series "
-        f"replayed onto torch {release}'s files, its patches/releases.tsv row and the "
-        f"docs.\n\n{matrix}\n")
+        f"Written by scripts/new-base{' --latest' if request.latest else ''}: "
+        f"{written}.\n\n{matrix}\n")
     head = git("rev-parse", "--short", "HEAD").stdout.strip()
     print(f"committed {head} on branch {branch} of {shown(repo)}")
 
@@ -310,6 +371,12 @@ NEXT_STEPS = {
     release_tier.TIER_FAILED: (
         "Next: read the logs named above; the series is written but not served. Fix the "
         "series (or the tests), then `scripts/test.sh --releases {release}`.\n"),
+    "served by content": (
+        "Next: merge. torch {release}'s files are those of the pre-release its row and "
+        "series were written and tested from; users get them by content.\n"),
+    "pre-release differs": (
+        "Next: `scripts/new-base {release}` serves the final's own files (its series "
+        "replayed again), then its tier as on any day one.\n"),
     "conflict": (
         "Next: finish each conflicting patch in the scratch repository named above "
         "(`git add`, `git am --continue`), then run `scripts/new-base {release}` again "

@@ -18,7 +18,7 @@ PROG = "new-base"
 USAGE = """\
 Usage: scripts/new-base RELEASE [--from BASE] [--topic T]... [--python PY] [--tier LEVEL] [--branch]
                         [--base-python V=PY]... [--check] [--patches DIR] [--scratch DIR]
-                        [--report FILE]
+                        [--report FILE] [--index URL]
        scripts/new-base RELEASE --served [--check] [--patches DIR]
        scripts/new-base --latest [--tier LEVEL] [--branch] [--report FILE] [--check]
                         [--patches DIR]
@@ -83,6 +83,19 @@ scripts/update-docs and scripts/check-patches on what it wrote.
                      README, docs/) as one commit, with the matrix's summary,
                      on a new branch day-one/torch-RELEASE of the clone
                      holding --patches; refuses a work tree with changes
+  --index URL        also read torch from the simple index at URL, as pip's
+                     --extra-index-url (for this run and the tier it
+                     starts): a release candidate on torch's test index
+                     (https://download.pytorch.org/whl/test/cpu), published
+                     under the final's number, so that its series is ready
+                     before the final ships. A named RELEASE served so is
+                     listed in patches/prereleases.tsv with URL; on the
+                     final's day --latest reads the final's files from the
+                     configured index and, where each topic's cell is the
+                     row's, the final is served by content: the line is
+                     removed (exit 3, a change to merge); where they
+                     differ, it says which topic and exits 1 (serve the
+                     final again: scripts/new-base RELEASE)
   --report FILE      also write what was found as Markdown to FILE (a pull
                      request's or an issue's body): the release, the
                      outcome, where its files came from and each topic's
@@ -111,6 +124,8 @@ NEEDS = {
     "--scratch": "--scratch needs a directory",
     "--report": "--report needs a file to write",
     "--tier": "--tier needs a level: full, short or none",
+    "--index": "--index needs the URL of a simple index, e.g. "
+               "https://download.pytorch.org/whl/test/cpu",
 }
 
 
@@ -129,6 +144,7 @@ class Request:
     report: Optional[Path] = None
     tier: str = "none"  # release_tier.LEVELS
     branch: bool = False
+    index: Optional[str] = None  # an extra simple index (a release candidate's)
 
 
 def parser() -> Parser:
@@ -145,6 +161,7 @@ def parser() -> Parser:
     made.add_argument("--report")
     made.add_argument("--tier")
     made.add_argument("--branch", action="store_true")
+    made.add_argument("--index")
     return made
 
 
@@ -188,10 +205,15 @@ def read(argv: Sequence[str]) -> Optional[Request]:
     if tier != "none" and (known.check or known.served):
         raise UsageError("--tier runs the matrix on what was written: not with --check "
                          "or --served")
+    if known.index is not None and (known.served or known.latest
+                                    or not re.match(r"https?://", known.index)):
+        raise UsageError("--index takes the http(s) URL of a simple index, with a named "
+                         "RELEASE (not --latest or --served)")
     if known.branch and (known.check or known.served):
         raise UsageError("--branch commits what was written: not with --check or --served")
     return Request("" if known.latest else release_named(positional), from_base,
                    [part for value in known.topics for part in value.split(",") if part],
                    known.python, base_pythons(known.base_pythons), known.check, known.served,
                    patches, Path(known.scratch) if known.scratch else None, known.latest,
-                   Path(known.report) if known.report else None, tier, known.branch)
+                   Path(known.report) if known.report else None, tier, known.branch,
+                   known.index)

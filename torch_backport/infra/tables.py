@@ -23,6 +23,13 @@ CANDIDATES_HEAD = [
     "# (scripts/test.sh --releases X) has not passed yet: candidates, not served.",
     "# `scripts/new-base X --served` removes a row.",
     "# release"]
+PRERELEASES = "prereleases.tsv"
+PRERELEASES_HEAD = [
+    "# Releases whose row scripts/new-base wrote from another index's files",
+    "# (--index: a release candidate on torch's test index, published under the",
+    "# final's number). `scripts/new-base --latest` checks the final's files",
+    "# against the row by content on its day and removes the line.",
+    "# release\tindex"]
 
 
 def release_numbers(version: str) -> Tuple[int, ...]:
@@ -101,6 +108,26 @@ def read_candidates(patches: Path) -> List[str]:
         return []
     return [line.split("\t")[0] for line in path.read_text().splitlines()
             if line.strip() and not line.startswith("#")]
+
+
+def read_prereleases(patches: Path) -> Dict[str, str]:
+    """<patches>/prereleases.tsv: release -> the index its files came from."""
+    path = patches / PRERELEASES
+    if not path.is_file():
+        return {}
+    return {fields[0]: fields[1] if len(fields) > 1 else ""
+            for fields in (line.split("\t") for line in path.read_text().splitlines()
+                           if line.strip() and not line.startswith("#"))}
+
+
+def with_prerelease(patches: Path, release: str, index: Optional[str]) -> str:
+    """prereleases.tsv's text with `release` from `index`, or without it (None)."""
+    path = patches / PRERELEASES
+    lines = path.read_text().splitlines() if path.is_file() else list(PRERELEASES_HEAD)
+    lines = [line for line in lines if line.split("\t")[0] != release]
+    if index is not None:
+        lines.append(f"{release}\t{index}")
+    return "\n".join(lines) + "\n"
 
 
 def with_candidate(patches: Path, release: str, listed: bool) -> str:

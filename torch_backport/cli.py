@@ -52,6 +52,7 @@ class Request:
     lock: Optional[str] = None
     topics: List[str] = dataclasses.field(default_factory=list)
     expect: Optional[str] = None
+    json: bool = False
     platforms: List[str] = dataclasses.field(default_factory=list)
     python_versions: List[str] = dataclasses.field(default_factory=list)
     all_platforms: bool = False
@@ -156,6 +157,8 @@ def check_mode_rules(request: Request) -> None:
     rules.insert(1, (request.expect is not None and (request.command != "status"
                                                      or request.python is None),
                      "--expect patched goes with --status on an install (--python PY)"))
+    rules.insert(2, (request.json and (request.command != "status" or request.python is None),
+                     "--json goes with --status on an install (--python PY)"))
     for broken, message in rules:
         if broken:
             raise UsageError(message)
@@ -298,7 +301,7 @@ def execute(request: Request, invoked_as: str = "scripts/apply.sh") -> int:
                                                model=request.model))
     return in_target(request.python, Order(Task.INSTALL, invoked_as, request.command,
                                            check=request.check, topics=tuple(request.topics),
-                                           expect=request.expect))
+                                           expect=request.expect, json=request.json))
 
 
 def run_apply(argv: Sequence[str], prog_note: Optional[str] = None,

@@ -120,8 +120,8 @@ def carry_out(order: Order) -> int:
         return driver.run(order.command, names, order.check, open_checkout(
             Path(order.checkout).resolve(), order.command, order.commit), order.invoked_as)
     from torch_backport.installed.mode import open_install, without_torch
-    leftover = without_torch(order.command, order.check)
+    leftover = without_torch(order.command, order.check, order.json)
     if leftover is not None:
         return leftover
     return driver.run(order.command, names, order.check, open_install, order.invoked_as,
-                      order.expect)
+                      order.expect, as_json=order.json)

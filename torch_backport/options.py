@@ -91,6 +91,9 @@ OPTIONS: Tuple[Option, ...] = (
                Section.INSTALL: "with --status, the guard for images and CI: exit 1 unless "
                "every default topic is applied (by apply.sh or a patched wheel) or "
                "upstream's"}),
+    Option("--json", Kind.SWITCH, help={
+        Section.INSTALL: "with --status, print one JSON object instead: each topic's state, "
+        "exit code, base, files and what to do (docs/usage.md#status-as-json)"}),
     Option("--revert", Kind.MODE, help={
         Section.INSTALL: "restore the originals, checked against RECORD again; also "
         "finishes or rolls back an interrupted run",

@@ -27,6 +27,32 @@ class ApplyWheelTest(InstallTestCase):
         self.assertEqual(code, 0, output)
         return {rel: (out / rel).read_bytes() for rel in TOUCHED}
 
+    def test_status_json_is_one_object_that_follows_the_install(self) -> None:
+        install = self.install()
+        code, output = install.run("--status", "--json")
+        self.assertEqual(code, 0, output)
+        found = json.loads(output)
+        self.assertEqual([(t["topic"], t["state"], t["exit_code"], t["base"])
+                          for t in found["topics"]],
+                         [("pre-grad-pass-timing", "pristine", 0, "v2.11.0"),
+                          ("autocast-cache-key", "pristine", 0, "v2.11.0"),
+                          ("cpu-isa-probe", "pristine", 0, "v2.11.0")])
+        self.assertEqual(found["topics"][0]["files"]["torch/_inductor/config.py"], "pristine")
+        self.assertEqual((found["exit_code"], found["partly_applied"]), (0, []))
+        code, output = install.run("--status", "--json", "--expect", "patched")
+        self.assertEqual(code, 1, output)
+        self.assertFalse(json.loads(output)["expect_patched"]["met"])
+        self.assertEqual(install.run()[0], 0)
+        code, output = install.run("--status", "--json", "--expect", "patched")
+        self.assertEqual(code, 0, output)
+        found = json.loads(output)
+        self.assertEqual([t["state"] for t in found["topics"]],
+                         ["patched", "patched", "pristine"])  # cpu-isa-probe: opt-in
+        self.assertEqual(found["expect_patched"], {"met": True, "why": []})
+        self.assertEqual(install.run("--json")[1],
+                         "scripts/apply.sh: --json goes with --status on an install "
+                         "(--python PY)\n(see scripts/apply.sh --help)\n")
+
     def test_status_of_a_pristine_install(self) -> None:
         install = self.install()
         code, output = install.run("--status")

@@ -17,6 +17,7 @@ on installs made the same way and compares output, exit codes and bytes.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -156,6 +157,10 @@ class InstallPackageTest(ScratchTestCase):
             self.assertEqual(self.torch_files(), reference.snapshot(), args)
             if args == ("--status",):
                 statuses.append(re.findall(r"^(patched|pristine):", output, re.MULTILINE))
+                code, output = self.backport("apply", "--status", "--json")
+                self.assertEqual(code, 0, output)
+                self.assertEqual(json.loads(output)["topics"][0]["state"],
+                                 "patched" if len(statuses) == 1 else "pristine")
             if args == ():
                 self.assertNotEqual(self.torch_files(), pristine)
         self.assertIn("patched", statuses[0])

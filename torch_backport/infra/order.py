@@ -30,6 +30,7 @@ class Order:
     topics: Tuple[str, ...] = ()
     check: bool = False
     expect: Optional[str] = None  # INSTALL status: "patched"
+    json: bool = False  # INSTALL status: one JSON object instead of lines
     checkout: Optional[str] = None
     commit: bool = True
     base: Optional[str] = None  # OVERLAY: v2.11.0

@@ -11,11 +11,12 @@ state.py), and every write is transaction.py.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
-from typing import ContextManager, List, Optional, Tuple
+from typing import ContextManager, Dict, List, Optional, Tuple
 
 from torch_backport.patchset.apply import apply_series
 from torch_backport.patchset.driver import Mode, Plan, Say
@@ -42,7 +43,7 @@ from torch_backport.installed.transaction import (
     restore_series,
     write_series,
 )
-from torch_backport.installed.status import cmd_status, inspect
+from torch_backport.installed.status import cmd_status, inspect, status_record
 from torch_backport.infra.exit_codes import Exit
 
 
@@ -293,6 +294,9 @@ class InstallMode(Mode):
     def status(self, topic: Topic) -> int:
         return cmd_status(self.install.for_topic(topic))
 
+    def status_record(self, topic: Topic) -> Dict[str, object]:
+        return status_record(self.install.for_topic(topic))
+
     def plan(self, command: str, topic: Topic, plan: Plan) -> None:
         planner = plan_apply if command == "apply" else plan_revert
         planner(self.install.for_topic(topic), plan)
@@ -371,7 +375,7 @@ def describe_state(path: Path) -> str:
     return f"{what}, {(size + 1023) // 1024} KB"
 
 
-def without_torch(command: str, check: bool) -> Optional[int]:
+def without_torch(command: str, check: bool, as_json: bool = False) -> Optional[int]:
     """An interpreter without torch whose site-packages holds this project's
     state (torch was uninstalled while patched): --status names it and the
     command that removes it; --revert removes it and nothing else. None
@@ -396,6 +400,13 @@ def without_torch(command: str, check: bool) -> Optional[int]:
               + ("nothing was written" if check else
                  "this project's leftover state is removed"))
         return Exit.OK
+    if as_json:
+        print(json.dumps({"python": sys.executable, "torch": None, "topics": [],
+                          "leftover_state": [str(path) for path in found],
+                          "says": f"remove it (and nothing else) with: --python "
+                                  f"{sys.executable} --revert",
+                          "exit_code": int(Exit.FAILED)}, indent=2))
+        return Exit.FAILED
     print(f"{sys.executable} has no torch installed, but site-packages holds this project's "
           "state from a torch that was uninstalled while patched:")
     for path in found:

@@ -154,6 +154,29 @@ def cmd_status(install: Install) -> int:
     return status.state.exit_code
 
 
+def status_record(install: Install) -> Dict[str, object]:
+    """What --status says of `install`'s topic, as data (--status --json):
+    the same state, exit code, base and lines as cmd_status prints."""
+    status = inspect(install)
+    earlier = status.manifest.torch if status.manifest else None
+    stale = stale_note(status)
+    return {
+        "topic": install.topic.name,
+        "torch": install.version,
+        "site": str(install.site),
+        "state": status.state.label,
+        "exit_code": int(Exit.FAILED if stale else status.state.exit_code),
+        "base": status.series.base if status.series else None,
+        "patches": len(status.series.patches) if status.series else None,
+        "identified": status.headline_lines("using")[1:],
+        "files": {rel: kind.value for rel, kind in sorted(status.kinds.items())},
+        "says": status.message(),
+        "note": status.note,
+        "left_from_torch": earlier if earlier and earlier != install.version else None,
+        "stale_bytecode": stale,
+    }
+
+
 def stale_note(status: Status) -> Optional[str]:
     """What --status says of touched files whose .pyc Python would run
     instead of them; None if there are none."""

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import sys
-from typing import Callable, ContextManager, List, Mapping, Optional, Tuple
+from typing import Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
 
 from torch_backport.infra.errors import BackportError, Failed, Refused, report
 from torch_backport.infra.paths import shown
@@ -67,6 +68,11 @@ class Mode:
 
     def status(self, topic: Topic) -> int:
         """Print where the target stands for `topic`; the exit code."""
+        raise NotImplementedError
+
+    def status_record(self, topic: Topic) -> Dict[str, object]:
+        """Where the target stands for `topic`, as data with its "exit_code"
+        (--status --json; an install only)."""
         raise NotImplementedError
 
     def plan(self, command: str, topic: Topic, plan: Plan) -> None:
@@ -175,6 +181,31 @@ def show_status(mode: Mode, chosen: List[Topic], named: bool) -> int:
     return code
 
 
+def show_status_json(mode: Mode, chosen: List[Topic], named: bool,
+                     expect: Optional[str]) -> int:
+    """--status --json: one object on stdout, the exit code show_status and
+    guard would give."""
+    records: List[Dict[str, object]] = []
+    for topic in chosen:
+        unavailable = left_alone(mode, "status", topic, named)
+        records.append({"topic": topic.name, "state": "not available", "exit_code": 0,
+                        "says": "\n".join(unavailable)} if unavailable is not None
+                       else mode.status_record(topic))
+    code = max(int(str(record["exit_code"])) for record in records)
+    missing = [] if code or named else mode.unapplied_defaults(chosen)
+    found: Dict[str, object] = {"python": sys.executable, "topics": records,
+                                "partly_applied": missing}
+    if missing:
+        code = Exit.FAILED
+    if expect == "patched":
+        wrong = [reason for reason in map(mode.unexpected, select_topics(None)) if reason]
+        found["expect_patched"] = {"met": not wrong, "why": wrong}
+        code = max(code, Exit.FAILED) if wrong else code
+    found["exit_code"] = int(code)
+    print(json.dumps(found, indent=2))
+    return code
+
+
 def execute_plans(mode: Mode, command: str, chosen: List[Topic], named: bool,
                   reached: List[Topic]) -> None:
     """Make every topic's plan, then carry them out in order. Every topic is
@@ -218,7 +249,7 @@ def guard(mode: Mode, code: int) -> int:
 
 def run(command: str, names: Optional[List[str]], check: bool,
         open_mode: Callable[[List[Topic]], Mode], invoked_as: str,
-        expect: Optional[str] = None) -> int:
+        expect: Optional[str] = None, as_json: bool = False) -> int:
     """Run `command` (apply, revert, status) on the topics `names` selects
     in the target `open_mode` opens; print refusals, prefixed `invoked_as`,
     and return the exit code."""
@@ -232,6 +263,8 @@ def run(command: str, names: Optional[List[str]], check: bool,
         named = bool(names)
         if command == "status":
             with mode.reading():
+                if as_json:
+                    return show_status_json(mode, chosen, named, expect)
                 code = show_status(mode, chosen, named)
                 return guard(mode, code) if expect == "patched" else code
         with mode.session():

@@ -90,6 +90,20 @@ class FleetTest(ScratchTestCase):
                                  *args], capture_output=True, text=True, env=self.env)
         return result.returncode, (result.stdout + result.stderr).replace(str(self.tmp), "<tmp>")
 
+    def test_a_release_the_index_lacks_is_refused_before_any_download(self) -> None:
+        make_fake_wheel(self.links, release_files(source_python(STOCK)), "2.12.0", tag=AARCH64)
+        for asked, nearest in (("2.99.0", "2.12.0"), ("2.11.5", "2.11.0 and 2.12.0")):
+            result = subprocess.run([str(APPLY), "--wheel", f"torch=={asked}", "--out",
+                                     str(self.out)], capture_output=True, text=True,
+                                    env=self.env)
+            self.assertEqual(result.returncode, 1, result.stderr)
+            self.assertEqual(result.stderr.replace(str(self.tmp), "<tmp>"),
+                             f"scripts/apply.sh: torch {asked} is not on <tmp>/links; the "
+                             f"nearest releases there: {nearest}; nothing was written\n")
+            self.assertNotIn("downloading", result.stdout + result.stderr)
+        self.assertFalse((self.tmp / "cache" / "wheels").exists())
+        self.assertFalse(self.out.exists())
+
     def test_each_target_is_built_or_named_and_the_index_lists_them(self) -> None:
         code, output = self.fleet("--platform", "win_amd64", "--platform",
                                   "manylinux_2_28_aarch64", "--python-version", "3.11",

@@ -161,6 +161,10 @@ def release_wheel(version: str, target: Target, cache: Path,
         env=pip_environment(), capture_output=quiet, text=True)
     found = cached(version, target, cache)
     if pip.returncode != 0 or found is None:
+        try:
+            folder.rmdir()  # made for this download: a refused run leaves nothing
+        except OSError:
+            pass  # it holds other wheels
         return None
     print(f"{target}: received the whole torch {version} wheel, "
           f"{found.stat().st_size / MB:.1f} MB, through pip", file=sys.stderr, flush=True)
@@ -168,6 +172,12 @@ def release_wheel(version: str, target: Target, cache: Path,
 
 
 def required_wheel(version: str, target: Target, cache: Path) -> Path:
+    if cached(version, target, cache) is None and transport.available():
+        # packaging, which simple_index needs, is not needed by every mode.
+        from torch_backport.download.simple_index import absent_release
+        absent = absent_release(version, pip_config.load(), transport.shared())
+        if absent is not None:
+            raise Refused(f"{absent}; nothing was written")
     found = release_wheel(version, target, cache)
     if found is None:
         raise Refused(f"pip could not download torch=={version} for {target} (its output is "

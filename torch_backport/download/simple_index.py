@@ -236,9 +236,17 @@ def newest_final_release(config: PipConfig, transport: Transport) -> Tuple[Optio
     indexes and find-links offer a file of, not yanked; or None and why.
     Only the project pages are read: no wheel."""
     try:
-        links = offered_links(config, transport)
+        finals = final_releases(offered_links(config, transport))
     except UNREADABLE as problem:
         return None, f"the index's simple API could not be read ({one_line(problem)})"
+    if not finals:
+        return None, f"no final torch release on {places(config)}"
+    return str(max(finals)), ""
+
+
+def final_releases(links: Iterable[Link]) -> List[Version]:
+    """The final torch releases `links` offer a wheel of (not yanked; a
+    local label names its release), in order."""
     finals = set()
     for link in links:
         try:
@@ -248,7 +256,38 @@ def newest_final_release(config: PipConfig, transport: Transport) -> Tuple[Optio
         if name == PROJECT and not link.yanked and not (
                 found.is_prerelease or found.is_devrelease or found.is_postrelease):
             finals.add(Version(found.public))
-    if not finals:
-        where = ", ".join(shown_url(url) for url in [*config.index_urls, *config.find_links])
-        return None, f"no final torch release on {where or 'no index'}"
-    return str(max(finals)), ""
+    return sorted(finals)
+
+
+def places(config: PipConfig) -> str:
+    return ", ".join(shown_url(url) for url in [*config.index_urls, *config.find_links]) \
+        or "no index"
+
+
+def absent_release(version: str, config: PipConfig, transport: Transport) -> Optional[str]:
+    """Why torch `version` cannot be downloaded from pip's indexes and
+    find-links, said before any download: they list no file of it at all
+    (the nearest releases they do have are named). None where they list
+    it, or where their pages cannot be read (pip then says)."""
+    try:
+        wanted = Version(version)
+        links = offered_links(config, transport)
+    except (InvalidVersion, *UNREADABLE):
+        return None
+    offered = set()
+    for link in links:
+        try:
+            name, found, _, _ = parse_wheel_filename(link.filename)
+        except InvalidWheelFilename:
+            continue
+        if name == PROJECT:
+            offered.add(found if wanted.local else Version(found.public))
+    if wanted in offered:
+        return None
+    finals = final_releases(links)
+    below = [str(v) for v in finals if v < wanted][-1:]
+    above = [str(v) for v in finals if v > wanted][:1]
+    nearest = " and ".join(below + above)
+    return (f"torch {version} is not on {places(config)}"
+            + (f"; the nearest releases there: {nearest}" if nearest else
+               " (it lists no torch release)"))

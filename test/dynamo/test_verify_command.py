@@ -125,6 +125,22 @@ def cells_printed(stdout: str) -> dict[str, bool]:
     return found
 
 
+README = REPO / "README.md"
+README_VERIFY = re.compile(r"<!-- the --verify output[^\n]*-->\n```\n(.*?)```", re.S)
+# What differs from one machine and run to the next, in the README and here.
+VARYING = [(re.compile(r"\(\S*torch-backport-verify-\w+,"), "(<cache>,"),
+           (re.compile(r"^torch \S+ imported from \S+, by \S+$", re.M),
+            "torch <version> imported from <site>, by <python>"),
+           (re.compile(r"off by \S+"), "off by <n>"),
+           (re.compile(r"\(\d+ s\)"), "(<n> s)")]
+
+
+def invariant(output: str) -> str:
+    for pattern, shown in VARYING:
+        output = pattern.sub(shown, output)
+    return output
+
+
 class VerifyCommandTest(unittest.TestCase):
     """One --verify run of the default topics, looked at from each side."""
 
@@ -142,6 +158,14 @@ class VerifyCommandTest(unittest.TestCase):
 
     def output(self) -> str:
         return self.run_result.stdout + self.run_result.stderr
+
+    @unittest.skipUnless(torch.__version__.startswith("2.11.0") and not STOCK,
+                         "the README shows patched 2.11.0's run")
+    def test_the_readme_shows_what_it_prints(self) -> None:
+        shown = README_VERIFY.search(README.read_text())
+        self.assertIsNotNone(shown, f"{README} has no --verify output block")
+        assert shown is not None
+        self.assertEqual(invariant(shown.group(1)), invariant(self.run_result.stdout))
 
     def test_verify_exits_zero_and_every_cell_holds(self) -> None:
         self.assertEqual(cells_printed(self.run_result.stdout),

@@ -101,6 +101,9 @@ def imported_from(install: Install) -> List[str]:
     not the install --status reads."""
     try:
         import torch
+        # Its import warns where there is no CUDA runtime ("No CUDA runtime
+        # is found"): here, before the table, not between two of its lines.
+        import torch.utils.cpp_extension  # noqa: F401
     except Exception as problem:  # a broken install: its files are --status's to read
         raise Failed(f"{sys.executable} cannot import torch ({type(problem).__name__}: "
                      f"{problem}); --status reads its files, --verify needs it to run") from None

@@ -8,6 +8,7 @@ import textwrap
 from typing import Dict, Sequence
 
 from torch_backport.infra import exit_codes
+from torch_backport.infra.paths import REPO
 from torch_backport.options import fill, Section, section, usage
 
 INTRO = """\
@@ -76,7 +77,18 @@ def apply_help(prog: str = "scripts/apply.sh",
             lines.append("\n" + WHICH_SERIES)
         parts.append("\n".join(lines))
     parts.append(fill(CLOSING, filled))
-    return "\n\n".join(parts) + "\n"
+    text = "\n\n".join(parts) + "\n"
+    if prog != "scripts/apply.sh":
+        text = installed_paths(text)
+    return text
+
+
+def installed_paths(text: str) -> str:
+    """The help as the installed command says it: the docs it cites are in
+    the package (REPO is the package there), and the maintainer commands it
+    names are a clone's."""
+    return (text.replace("docs/usage.md", str(REPO / "docs" / "usage.md"))
+            .replace("(scripts/new-base)", "(scripts/new-base, in a clone of this project)"))
 
 
 def table_words() -> Dict[str, str]:

@@ -111,6 +111,8 @@ VERIFY_CELLS = {
 }
 VERIFY_TESTS = {  # test -> the stock releases it passes on
     "test_verify_exits_zero_and_every_cell_holds": lambda rel: False,
+    # Patched 2.11.0's run, which the README shows; it skips elsewhere.
+    "test_the_readme_shows_what_it_prints": lambda rel: True,
     "test_verify_names_exactly_the_cells_this_build_gets_wrong": lambda rel: True,
     "test_verify_writes_nothing_into_site_packages": lambda rel: True,
     "test_verify_removes_its_inductor_cache": lambda rel: True,

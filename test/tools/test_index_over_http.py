@@ -24,7 +24,6 @@ made once under $PREGRAD_CACHE/tools/, not in every test venv.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -42,10 +41,10 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import quote, unquote
 
-from fake_install import APPLY, REPO, source_python, STOCK
+from fake_install import APPLY, source_python, STOCK
 from fake_wheel import fleet_env, make_fake_wheel, release_files
+from index_clients import clients_python
 from prerequisites import missing
-from torch_backport.infra.fsio import cache_dir
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK)
                                   else None)
@@ -53,7 +52,6 @@ PLATFORM = "manylinux_2_28_x86_64"
 # pip resolves for the wheel's target whatever machine runs the test.
 PIP_TARGET = ["--only-binary=:all:", "--implementation", "cp", "--platform", PLATFORM,
               "--python-version", "3.11"]
-CLIENTS = REPO / "requirements" / "index-clients.txt"
 NGINX_CONF = """\
 {user}daemon off;
 worker_processes 1;
@@ -193,28 +191,6 @@ def require_uv() -> Path:
     if not uv.exists():
         missing(f"needs uv beside {sys.executable} (requirements/test.txt pins it)")
     return uv
-
-
-def clients_python() -> Path:
-    """The python of a venv with requirements/index-clients.txt, made once
-    under $PREGRAD_CACHE/tools/ (one maker at a time)."""
-    wanted = hashlib.sha256(CLIENTS.read_bytes()).hexdigest()
-    tools = cache_dir() / "tools"
-    venv = tools / "index-clients"
-    ready = venv / ".pregrad-ready"
-    tools.mkdir(parents=True, exist_ok=True)
-    with open(tools / "index-clients.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (ready.is_file() and ready.read_text() == wanted):
-            for command in ([sys.executable, "-m", "venv", "--clear", str(venv)],
-                            [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                             "--disable-pip-version-check", "-r", str(CLIENTS)]):
-                made = subprocess.run(command, capture_output=True, text=True)
-                if made.returncode != 0:
-                    missing(f"needs pip's index: could not make {venv}: {' '.join(command)}: "
-                            f"{made.stdout}{made.stderr}")
-            ready.write_text(wanted)
-    return venv / "bin" / "python"
 
 
 def clean_env(scratch: Path) -> dict[str, str]:

@@ -5,10 +5,10 @@ ignored included, as they are in the work tree) are copied to a scratch
 directory, so the build leaves nothing in the checkout; a fake torch install
 (fake_install.py) gets pip (ensurepip), and the copy is pip-installed into it,
 as `pip install torch <this package>` does in a Dockerfile. Offline
-(--no-build-isolation) when the venv's setuptools can build a wheel by itself
-(setuptools 70.1 or later, or the `wheel` package); Python 3.11's ensurepip
-brings setuptools 65 without `wheel`, so there pip fetches the build backend
-from the configured index. About 5 s on an idle machine with pip's cache warm
+(--no-build-isolation) when the venv's setuptools is the build backend
+pyproject.toml asks for (77 or later); Python 3.11's ensurepip brings
+setuptools 65, so there pip fetches the build backend from the configured
+index. About 5 s on an idle machine with pip's cache warm
 (the whole file: 8 s idle, up to 20 s on a busy 2-core machine).
 
 Each scenario then runs the installed command and the clone's scripts/apply.sh
@@ -31,6 +31,7 @@ import pytest
 from fake_install import (FakeInstall, make_fake_install, REPO, ScratchTestCase, source_python,
                           STATE_DIRNAME, STOCK)
 from fake_wheel import make_fake_wheel, release_files
+from index_clients import clients_python
 from torch_backport import __version__
 from torch_backport.patchset import releases
 
@@ -54,9 +55,10 @@ def run(command: list[str]) -> tuple[int, str, str]:
 
 def pip_install(python: Path, source: Path) -> None:
     """pip-installs `source` into `python`'s environment, offline if it can."""
+    # pyproject.toml's build backend: setuptools 77 or later (PEP 639's license).
     offline = run([str(python), "-c",
-                   "import importlib.util as u, sys; sys.exit(0 if "
-                   "u.find_spec('setuptools.command.bdist_wheel') or u.find_spec('wheel') else 1)"])
+                   "import sys, setuptools; sys.exit(0 if tuple(map(int, "
+                   "setuptools.__version__.split('.')[:2])) >= (77, 0) else 1)"])
     isolation = ["--no-build-isolation"] if offline[0] == 0 else []
     code, out, err = run([str(python), "-m", "pip", "install", "-q", "--no-deps",
                           *isolation, str(source)])
@@ -117,7 +119,8 @@ class InstallPackageTest(ScratchTestCase):
         """The product and the series, nothing else: the clone's scripts/ (its
         test harness and maintainer tools) are not shipped."""
         tracked = {rel.removeprefix(f"{PACKAGE}/"): rel for rel in self.files
-                   if rel.startswith((f"{PACKAGE}/", "patches/"))}
+                   if rel.startswith((f"{PACKAGE}/", "patches/"))
+                   or rel.startswith("docs/") and rel.endswith(".md")}
         installed = sorted(
             str(path.relative_to(self.package))
             for path in self.package.rglob("*")
@@ -130,6 +133,30 @@ class InstallPackageTest(ScratchTestCase):
         for rel, source in tracked.items():
             self.assertEqual((self.package / rel).read_bytes(),
                              (self.source / source).read_bytes(), rel)
+
+    def test_a_release_build_gives_a_wheel_and_an_sdist_that_install(self) -> None:
+        """PyPA's build, as a release is made: a wheel and an sdist named by
+        the version; the wheel, in a fresh venv, says its version and the
+        releases it serves, and --status --json parses."""
+        dist = self.tmp / "dist"
+        built = subprocess.run([str(clients_python()), "-m", "build", "--outdir", str(dist),
+                                str(self.source)], capture_output=True, text=True)
+        self.assertEqual(built.returncode, 0, built.stdout[-2000:] + built.stderr[-2000:])
+        name = f"torch_pregrad_backport-{__version__}"
+        self.assertEqual(sorted(path.name for path in dist.iterdir()),
+                         [f"{name}-py3-none-any.whl", f"{name}.tar.gz"])
+        fresh = make_fake_install(self.tmp / "fresh", source_python(STOCK))
+        subprocess.run([str(fresh.python), "-m", "ensurepip"], check=True,
+                       stdout=subprocess.DEVNULL)
+        code, out, err = run([str(fresh.python), "-m", "pip", "install", "-q", "--no-deps",
+                              str(dist / f"{name}-py3-none-any.whl")])
+        self.assertEqual(code, 0, out + err)
+        command = fresh.python.parent / "torch-backport"
+        code, out, err = run([str(command), "--version"])
+        self.assertEqual((code, out.splitlines()[0]), (0, f"torch-backport {__version__}"))
+        code, out, err = run([str(command), "apply", "--status", "--json"])
+        self.assertEqual(code, 0, err)
+        self.assertEqual({topic["state"] for topic in json.loads(out)["topics"]}, {"pristine"})
 
     def test_only_the_package_and_the_command_are_installed(self) -> None:
         (dist_info,) = self.venv.site.glob("torch_pregrad_backport-*.dist-info")
@@ -179,8 +206,13 @@ class InstallPackageTest(ScratchTestCase):
         self.assertEqual((code, err), (0, ""))
         first, rest = out.split("\n", 1)
         self.assertTrue(rest.startswith("Usage: torch-backport apply --python PY"), rest)
-        self.assertEqual(rest, run([str(APPLY), "--help"])[1].replace("scripts/apply.sh",
-                                                                      "torch-backport apply"))
+        # The docs it cites are the package's (a pip install has no clone).
+        self.assertEqual(rest, run([str(APPLY), "--help"])[1]
+                         .replace("scripts/apply.sh", "torch-backport apply")
+                         .replace("docs/usage.md", f"{self.package}/docs/usage.md")
+                         .replace("(scripts/new-base)",
+                                  "(scripts/new-base, in a clone of this project)"))
+        self.assertTrue((self.package / "docs" / "usage.md").is_file())
         first = first.replace(str(self.package), "<package>")
         self.assertEqual(
             first.replace(str(self.venv.python), "<python>"),

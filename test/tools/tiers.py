@@ -37,6 +37,8 @@ MARKS: Dict[str, Tuple[str, ...]] = {
     "test_index_over_http.py::IndexOverHttp": ("needs_torch", "network"),
     "test_index_over_http.py::RealWheelOverHttp": ("needs_torch", "network"),
     "test_install_package.py": ("needs_torch",),
+    "test_install_package.py::InstallPackageTest::"
+    "test_a_release_build_gives_a_wheel_and_an_sdist_that_install": ("network",),
     "test_kept_kernels.py::KeptKernelsTest": ("needs_torch", "slow"),
     "test_leftovers_and_messages.py::LeftoversTest": ("needs_torch",),
     "test_leftovers_and_messages.py::LeftoversTest::"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1]
 # A clone keeps patches/ beside the package; the installed package carries
-# them inside (setup.cfg maps patches/ to torch_backport/patches).
+# them inside (pyproject.toml maps patches/ to torch_backport/patches).
 REPO = PACKAGE if (PACKAGE / "patches").is_dir() else PACKAGE.parent
 
 

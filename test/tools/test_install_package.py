@@ -228,7 +228,7 @@ Usage: torch-backport apply [ARGS...]
        torch-backport --help | --version
 
 `torch-backport apply ARGS` is scripts/apply.sh ARGS of a clone of
-torch-pregrad-backport 0.2.0, installed with its patch series in
+torch-pregrad-backport 0.3.0, installed with its patch series in
   <package>/patches
 to patch, check, report on (--status) or revert (--revert) the torch of an
 installed wheel, to apply the series to a PyTorch checkout, or to write an

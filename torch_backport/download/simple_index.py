@@ -19,7 +19,7 @@ import re
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from packaging import tags
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -244,19 +244,23 @@ def newest_final_release(config: PipConfig, transport: Transport) -> Tuple[Optio
     return str(max(finals)), ""
 
 
-def final_releases(links: Iterable[Link]) -> List[Version]:
-    """The final torch releases `links` offer a wheel of (not yanked; a
-    local label names its release), in order."""
-    finals = set()
+def torch_wheels(links: Iterable[Link]) -> Iterator[Tuple[Link, Version]]:
+    """Each torch wheel of `links`, with its version (other names skipped)."""
     for link in links:
         try:
             name, found, _, _ = parse_wheel_filename(link.filename)
         except InvalidWheelFilename:
             continue
-        if name == PROJECT and not link.yanked and not (
-                found.is_prerelease or found.is_devrelease or found.is_postrelease):
-            finals.add(Version(found.public))
-    return sorted(finals)
+        if name == PROJECT:
+            yield link, found
+
+
+def final_releases(links: Iterable[Link]) -> List[Version]:
+    """The final torch releases `links` offer a wheel of (not yanked; a
+    local label names its release), in order."""
+    return sorted({Version(found.public) for link, found in torch_wheels(links)
+                   if not link.yanked and not (found.is_prerelease or found.is_devrelease
+                                               or found.is_postrelease)})
 
 
 def places(config: PipConfig) -> str:
@@ -274,15 +278,8 @@ def absent_release(version: str, config: PipConfig, transport: Transport) -> Opt
         links = offered_links(config, transport)
     except (InvalidVersion, *UNREADABLE):
         return None
-    offered = set()
-    for link in links:
-        try:
-            name, found, _, _ = parse_wheel_filename(link.filename)
-        except InvalidWheelFilename:
-            continue
-        if name == PROJECT:
-            offered.add(found if wanted.local else Version(found.public))
-    if wanted in offered:
+    if wanted in {found if wanted.local else Version(found.public)
+                  for _, found in torch_wheels(links)}:
         return None
     finals = final_releases(links)
     below = [str(v) for v in finals if v < wanted][-1:]

@@ -1,16 +1,18 @@
 """Day one rehearsed end to end (issue 48): in a scratch clone that has
 forgotten a release, `scripts/new-base --latest` finds it on an index on
-127.0.0.1, serves it and commits it on a branch; for a
+127.0.0.1, serves it, runs its tier and commits it on a branch; for a
 release whose files conflict (2.8.0) it ends at the conflict and says where.
 
 The forgotten release is 2.13.0, whose pre-grad-pass-timing series the
 replay from v2.12.0 reproduces: its real wheel (/opt/wheels' 2.13.0+cpu, the
-one its venv was installed from) is served by range, with `--tier none`
-here: the gate's own matrix gives the same files the full tier in the same
-run. (`--tier short`, a nested `scripts/test.sh --releases 2.13.0 --short`
-in a cache of its own, passed when run alone, 4 min, but failed 4 tests once
-inside the gate; until that is understood the gate does not run it.) Runs in
-the new-base job (PREGRAD_RELEASE_PYTHONS).
+one its venv was installed from) is served by range. The tier is the short
+one (`scripts/test.sh --releases 2.13.0 --short`, in a cache of its own
+whose venv is a hard-linked copy of the real one): the gate's own matrix
+gives the same files the full tier in the same run. The local index serves
+torch alone, as the release's day-one index would be read; what the tier
+installs besides (PyPA's wheel, packaging and urllib3, for the stock
+`--wheel` rules) comes from a find-links directory the test fills from the
+configured index first. Runs in the new-base job (PREGRAD_RELEASE_PYTHONS).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from local_servers import Answer, ranges, Running, Seen, Server, simple_page
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "test" / "tools"))
 from test_new_base import post_images, PYTHONS, release_pythons  # noqa: E402
+sys.path.insert(0, str(REPO))
+from maint.release_tier import results_hold, Step  # noqa: E402
+from torch_backport.engine import PYPA  # noqa: E402
 
 FORGOTTEN = "2.13.0"
 WHEELS = sorted(Path("/opt/wheels").glob(f"torch-{FORGOTTEN}+cpu-*.whl"))
@@ -41,6 +46,12 @@ def git(repo: Path, *args: str) -> str:
                           env={**os.environ, **IDENTITY})
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def verify_table(report: str, build: str) -> Step:
+    """The --verify output the report shows for `build`."""
+    block = report.split(f"### --verify, {build} ", 1)[1].split("```\n", 2)[1]
+    return Step([], 0, block.splitlines(), 0.0)
 
 
 def entries(table: Path) -> List[str]:
@@ -81,16 +92,21 @@ class DayOneRehearsalTest(unittest.TestCase):
             return ranges(data[name], seen.headers.get("Range")) if name in data else \
                 (404, {}, b"")
 
+        tools = self.tmp / "tool-wheels"
+        if not tools.is_dir():  # from the configured index, before the local one stands in
+            fetched = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d",
+                                      str(tools), *PYPA], capture_output=True, text=True)
+            self.assertEqual(fetched.returncode, 0, fetched.stdout + fetched.stderr)
         with Running(index) as served:
             env = {**os.environ, **IDENTITY, "PIP_CONFIG_FILE": os.devnull,
                    "PIP_INDEX_URL": f"{served.base}/simple", "PIP_EXTRA_INDEX_URL": "",
-                   "PIP_FIND_LINKS": "", "PREGRAD_CACHE": str(cache)}
+                   "PIP_FIND_LINKS": str(tools), "PREGRAD_CACHE": str(cache)}
             return subprocess.run([str(clone / "scripts" / "new-base"), "--latest", *extra],
                                   capture_output=True, text=True, env=env, timeout=1800)
 
     @unittest.skipUnless(WHEELS, f"needs the machine's torch {FORGOTTEN}+cpu wheel in "
                          "/opt/wheels")
-    def test_a_forgotten_release_is_served_and_committed_on_a_branch(self) -> None:
+    def test_a_forgotten_release_is_served_tested_and_committed_on_a_branch(self) -> None:
         clone = scratch_clone(self.tmp / "clone")
         base = clone / "patches" / f"v{FORGOTTEN}"
         for path in [*base.glob("*.patch"), base / "series", base / "pristine.tsv"]:
@@ -101,17 +117,22 @@ class DayOneRehearsalTest(unittest.TestCase):
         git(clone, "commit", "-q", "-a", "-m", f"forget {FORGOTTEN}'s series")
         forgot = git(clone, "rev-parse", "HEAD").strip()
         cache = self.tmp / "cache"
+        (cache / "venvs").mkdir(parents=True)
+        stock_venv = Path(self.pythons[FORGOTTEN]).parent.parent
+        subprocess.run(["cp", "-al", str(stock_venv), str(cache / "venvs" / stock_venv.name)],
+                       check=True)
         wheel = WHEELS[-1]
         report = self.tmp / "day-one.md"
 
         made = self.latest(clone, cache, [f"/files/{wheel.name.replace('+', '%2B')}"],
-                           {wheel.name: wheel.read_bytes()}, "--tier", "none", "--branch",
+                           {wheel.name: wheel.read_bytes()}, "--tier", "short", "--branch",
                            "--base-python", f"2.12.0={self.pythons['2.12.0']}",
                            "--report", str(report))
 
         said = made.stdout + made.stderr[-3000:] + (
             report.read_text() if report.is_file() else "")
         self.assertEqual(made.returncode, 3, said)
+        self.assertIn("short tier: served-candidate", made.stdout)
         branch = f"day-one/torch-{FORGOTTEN}"
         self.assertEqual(git(clone, "branch", "--show-current").strip(), branch)
         self.assertEqual(git(clone, "rev-list", f"{forgot}..HEAD").split(), [
@@ -130,9 +151,18 @@ class DayOneRehearsalTest(unittest.TestCase):
         self.assertEqual(rows.read_text(), (REPO / "patches" / "releases.tsv").read_text())
         message = git(clone, "log", "-1", "--format=%B")
         self.assertIn(f"Serve torch {FORGOTTEN}", message)
-        self.assertIn("No tier was run (--tier none).", message)
+        self.assertRegex(message, r"The short tier: summary: \d+ passed, 0 failed")
         text = report.read_text()
         self.assertTrue(text.startswith(f"# torch {FORGOTTEN}: served-candidate\n"), text[:200])
+        self.assertRegex(text, r"summary: \d+ passed, 0 failed")
+        self.assertIn("### --verify, stock (exit 1", text)
+        self.assertIn("### --verify, patched (exit 0", text)
+        self.assertIn("verify: all 6 cells hold", text)
+        self.assertIn("  results: with freezing, the late pre-grad passes fold", text)
+        # The upstream-fixed rule on these real tables: the patched build's
+        # stands in for a stock release whose numbers upstream fixed.
+        self.assertEqual([results_hold(verify_table(text, build)) for build in
+                          ("stock", "patched")], [False, True])
 
     def test_a_release_whose_files_conflict_ends_at_the_conflict(self) -> None:
         """torch 2.8.0, read by range from the index pip is configured with

@@ -21,9 +21,12 @@ SKIP_ISA_PROBE = {VARIABLE: "1"}
 
 
 def forget_probe_answers() -> None:
-    """Empty the functools caches that hold the probe's answers: the module's
-    (valid_vec_isa_list) and each ISA class's (__bool__ and its helpers),
-    whichever a release has."""
+    """Empty what holds the probe's answers: the functools caches of the
+    module (valid_vec_isa_list) and of each ISA class (__bool__ and its
+    helpers), and what a sub-probe set on an ISA object
+    (`_is_avx512_bf16_supported`, `_is_amx_fp16_supported`), whichever a
+    release has. A sub-probe's answer left set changes the arch flags, and so
+    the key, of the next probe's test library."""
     from torch._inductor import cpu_vec_isa
 
     for value in list(vars(cpu_vec_isa).values()):
@@ -33,6 +36,11 @@ def forget_probe_answers() -> None:
             for attribute in vars(value).values():
                 if callable(getattr(attribute, "cache_clear", None)):
                     attribute.cache_clear()
+        for isa in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(isa, cpu_vec_isa.VecISA):
+                for name in [name for name in vars(isa)
+                             if name.startswith("_is_") and name.endswith("_supported")]:
+                    delattr(isa, name)
 
 
 @contextlib.contextmanager

@@ -45,6 +45,7 @@ from torch_backport.download import transport
 from torch_backport.infra.errors import Refused, UsageError
 from torch_backport.infra.exit_codes import DayOne, Exit
 from torch_backport.infra.paths import shown
+from torch_backport.installed.pristine import NotPristine
 from torch_backport.infra.fsio import atomic_write, cache_dir
 from torch_backport.patchset.releases import NOT_YET
 from torch_backport.patchset.series import load_series, Store, store, supported_bases, Topic
@@ -150,10 +151,18 @@ def run(request: Request) -> int:
     if request.branch:
         refuse_changed_work_tree(request.patches)
     if request.index is not None:
-        # As pip's --extra-index-url, for every read and install of this run
-        # (the release wheel, the tier's venvs).
-        os.environ["PIP_EXTRA_INDEX_URL"] = " ".join(
-            filter(None, [os.environ.get("PIP_EXTRA_INDEX_URL", ""), request.index]))
+        # Beside pip's configured extra indexes (the variable replaces what
+        # pip.conf says, so they are named again), for every read and
+        # install of this run: the release wheel, the tier's venvs.
+        from torch_backport.download import pip_config
+        configured = pip_config.options().get("extra-index-url", "")
+        os.environ["PIP_EXTRA_INDEX_URL"] = " ".join(filter(None, [configured, request.index]))
+        # A cache of its own: the pre-release is published under the final's
+        # number, and its venv or wheel must not stand in for the final's
+        # in the main cache later.
+        own = cache_dir() / "prereleases" / request.release
+        own.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.environ["PREGRAD_CACHE"] = str(own)
     if request.latest:
         return latest(request, patches)
     with recorded() as lines:
@@ -177,10 +186,11 @@ def latest(request: Request, patches: Store) -> int:
         if newest in tables.read_prereleases(patches.root):
             code, outcome = final_by_content(request, patches, newest)
             if code == DayOne.SERVED_CANDIDATE and request.branch and not request.check:
-                commit_on_branch(request, newest, None, written=(
-                    f"torch {newest}'s files are those of the pre-release its row was "
-                    "written from, read by content: its line in patches/prereleases.tsv "
-                    "is removed"))
+                commit_on_branch(
+                    request, newest, None, branch=f"day-one/torch-{newest}-final",
+                    written=(f"torch {newest}'s files are those of the pre-release its row "
+                             "was written from and its tier ran on, read by content: its "
+                             "line in patches/prereleases.tsv is removed"))
         elif newest in tables.read_candidates(patches.root):
             print(f"nothing new: {newest} is a candidate (its series is written; "
                   f"scripts/test.sh --releases {newest}, then scripts/new-base {newest} "
@@ -216,17 +226,25 @@ def final_by_content(request: Request, patches: Store, release: str) -> Tuple[in
     print(f"{release}'s row was written from a pre-release ({index}): reading the final's "
           "files to compare")
     temporary = Path(tempfile.mkdtemp(prefix="pregrad-new-base-"))
+    # A cache of its own: the pre-release's venv or whole wheel, cached
+    # under the final's number, must not stand in for the final's files.
+    cached = os.environ.get("PREGRAD_CACHE")
+    os.environ["PREGRAD_CACHE"] = str(temporary / "cache")
     try:
         check = dataclasses.replace(request, release=release, latest=False, check=True)
         outcomes = decide(Run(check, cache_dir(), temporary / "scratch", temporary / "staged"),
                           patches.select(["all"]))
-    except Refused as problem:
+    except NotPristine as problem:
         # A series replayed from the base the pre-release made reads that
         # base's files from this release's wheel: the final's, which differ.
         print(f"torch {release}'s files are not the pre-release's ({problem}): serve the "
               f"final again (scripts/new-base {release})")
         return Exit.FAILED, "pre-release differs"
     finally:
+        if cached is None:
+            del os.environ["PREGRAD_CACHE"]
+        else:
+            os.environ["PREGRAD_CACHE"] = cached
         shutil.rmtree(temporary, ignore_errors=True)
     row = tables.read_releases(patches.root).cells[release]
     differ = [o.topic.name for o in outcomes
@@ -291,17 +309,19 @@ def refuse_changed_work_tree(patches: Path) -> None:
 
 
 def commit_on_branch(request: Request, release: str, tier: Optional[release_tier.Tier],
-                     written: str = "") -> None:
+                     written: str = "", branch: str = "") -> None:
     """One commit of what was written, on a new branch day-one/torch-RELEASE;
     `written` says what, where it is not a replayed series and its row."""
     repo = work_tree_of(request.patches)
     git = infra_git.checkout(repo)
-    branch = f"day-one/torch-{release}"
+    branch = branch or f"day-one/torch-{release}"
     git("switch", "-q", "-c", branch)
     git("add", "-A", "--", str(request.patches),
         *[name for name in BRANCHED if (repo / name).exists()])
     matrix = (f"The {tier.level} tier: {release_tier.summary_line(tier)}; --verify holds "
-              "patched." if tier is not None else "No tier was run (--tier none).")
+              "patched." if tier is not None else
+              "No tier was run here (the pre-release's files were tested)." if written
+              else "No tier was run (--tier none).")
     written = written or (f"the series replayed onto torch {release}'s files, its "
                           "patches/releases.tsv row and the docs")
     git("commit", "-q", "-m", f"Serve torch {release} (scripts/new-base)\n\n"

@@ -131,7 +131,8 @@ README_VERIFY = re.compile(r"<!-- the --verify output[^\n]*-->\n```\n(.*?)```", 
 VARYING = [(re.compile(r"\(\S*torch-backport-verify-\w+,"), "(<cache>,"),
            (re.compile(r"^torch \S+ imported from \S+, by \S+$", re.M),
             "torch <version> imported from <site>, by <python>"),
-           (re.compile(r"off by \S+"), "off by <n>"),
+           # The distance and its column's padding (its width varies).
+           (re.compile(r"off by \S+ +"), "off by <n> "),
            (re.compile(r"\(\d+ s\)"), "(<n> s)")]
 
 

@@ -61,8 +61,8 @@ is the interpreter, the compiler and its version, the CPU's flags and the
 torch files); every test still starts with empty FX graph and AOTAutograd
 caches, and each pytest process has a live directory of its own.
 Before the matrix it runs the configured linters (test/harness/lint.py:
-flake8 and mypy --strict, about 15 s; not with --short or PYTEST_ARGS): a
-finding stops the run there, before any venv is made.
+flake8 and mypy --strict, 10 to 30 s; for every release or --quick, not for
+a selection): a finding stops the run there, before any venv is made.
 At the end it prints a table build x suite -> passed / failed /
 expected-fail with a verdict, each job's wall and CPU time and tier, the
 setup time, the critical path and the total, and a summary line. Full
@@ -408,9 +408,13 @@ def run(options: Options) -> int:
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
     prepare_environment()
-    # The linters first (about 15 s): a finding stops the run before the
-    # hour of jobs. Not for a selection (--short, PYTEST_ARGS).
-    if not options.short and not options.pytest_args and not lint.check(logs):
+    # The linters first (10 to 30 s): a finding stops the run before the
+    # hour of jobs. Only for the gate and --quick: a selection of releases
+    # (new-base's tier of a new one), --short or PYTEST_ARGS tests those.
+    served = tables.read_releases(PATCHES).versions
+    whole = options.quick or (list(options.releases) == list(served) and not options.short
+                              and not options.pytest_args)
+    if whole and not lint.check(logs):
         return 1
     disk = DiskWatch([cache_dir(), Path(tempfile.gettempdir())])
     runner = PytestRunner(logs, os.environ, REPO)

@@ -36,13 +36,14 @@ MAX_FUNCTION_LINES = 60
 LONG_FUNCTIONS_ALLOWED = 2
 MAX_BASH_LINES = 400
 # Functions that return an int that is not an exit status.
-NOT_EXIT_STATUSES = {"readinto"}
+NOT_EXIT_STATUSES = {"readinto", "am_stopped_at"}
 # Where Python and bash that the project runs live (tests aside).
 RUN_TREES = ("torch_backport", "maint", "scripts", "test/harness")
 # Where the project names its own files to a reader: the code that runs, and
 # the reference docs (CHANGELOG.md keeps old names on purpose; tests name
 # the fixtures they write).
-NAMING_TREES = RUN_TREES + ("bench", "docs", "README.md", ".github", "setup.cfg")
+NAMING_TREES = RUN_TREES + ("bench", "docs", "README.md", ".github", "setup.cfg",
+                            "pyproject.toml")
 # `x.py` or `folder/x.py`, not part of a dotted name or a path of torch's.
 FILE_NAME = re.compile(r"(?<![\w.-])(?:[\w-]+/)*([A-Za-z_]\w*\.py)\b")
 # `infra.fsio`, torch_backport.verify.cells: a package folder and its module
@@ -110,6 +111,13 @@ def string_lists(tree: ast.AST) -> Iterator[List[str]]:
 
 def runs(words: List[str], command: List[str]) -> bool:
     return any(words[at:at + len(command)] == command for at in range(len(words)))
+
+
+def literal_status(value: object) -> bool:
+    """`1`, or `1 if x else 0`: a status spelled as a number."""
+    if isinstance(value, ast.IfExp):
+        return literal_status(value.body) or literal_status(value.orelse)
+    return isinstance(value, ast.Constant) and isinstance(value.value, int)
 
 
 def named_files() -> Iterator[Path]:
@@ -263,7 +271,7 @@ class ShapeTest(unittest.TestCase):
                             and node.name not in NOT_EXIT_STATUSES:
                         literal += [f"{path.relative_to(REPO)}:{inner.lineno} return"
                                     for inner in ast.walk(node) if isinstance(inner, ast.Return)
-                                    and isinstance(inner.value, ast.Constant)]
+                                    and literal_status(inner.value)]
                     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                             and node.func.attr in ("exit", "_exit") and node.args \
                             and isinstance(node.args[0], ast.Constant):

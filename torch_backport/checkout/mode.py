@@ -154,7 +154,7 @@ def cmd_status(tree: Tree, topic: Topic) -> int:
     except Refused as problem:
         print(f"{topic_label(tree.path, topic)} {problem}")
         print(f"feature present at HEAD: {'yes' if upstream else 'no'}")
-        return 0 if upstream else 1
+        return Exit.OK if upstream else Exit.FAILED
     applied = find_series_commits(tree.history, base.series)
     print(f"{topic_label(tree.path, topic)} base {base.series.base} ({base.reason})")
     for patch in base.series.patches:

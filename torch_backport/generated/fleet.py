@@ -21,6 +21,7 @@ from torch_backport.infra.errors import Refused
 from torch_backport.generated.index import PLATFORM_RE, read_all, write_index
 from torch_backport.generated.patched_wheel import build, BuildRequest
 from torch_backport.download.release_wheels import release_wheel, Target
+from torch_backport.infra.exit_codes import Exit
 
 # What --all-platforms asks pip for: each platform tag is the newest pip
 # should accept (it takes any older manylinux or macOS wheel too).
@@ -79,4 +80,4 @@ def cmd_fleet(version: str, wanted: List[Target], every: bool, cache: Path,
           + (f"; refused: {len(refused)}" if refused else ""))
     for line in refused:
         print(f"  {line}")
-    return 1 if refused or (missing and not every) else 0
+    return Exit.FAILED if refused or (missing and not every) else Exit.OK

@@ -402,6 +402,7 @@ def without_torch(command: str, check: bool, as_json: bool = False) -> Optional[
         return Exit.OK
     if as_json:
         print(json.dumps({"python": sys.executable, "torch": None, "topics": [],
+                          "partly_applied": [],
                           "leftover_state": [str(path) for path in found],
                           "says": f"remove it (and nothing else) with: --python "
                                   f"{sys.executable} --revert",

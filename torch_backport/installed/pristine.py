@@ -32,6 +32,10 @@ from torch_backport.download.release_wheels import ReleaseFiles, release_files
 LAUNCH = PACKAGE / "_launch.py"
 
 
+class NotPristine(Refused):
+    """A release's files are not those a base's pristine.tsv names."""
+
+
 def probe(paths: Sequence[str]) -> Dict[str, Any]:
     """In the interpreter whose torch is read (the engine's READ_INSTALL_FILES
     order): its version, site and the RECORD digest of each of `paths`."""
@@ -92,8 +96,8 @@ def base_release(series: Series, cache: Path, pythons: Sequence[Optional[str]] =
     wrong = not_pristine(series, found.files)
     if wrong:
         also = "; also tried: " + "; ".join(tried) if tried else ""
-        raise Refused(f"{found.source}: {wrong[0]} is not the file "
-                      f"{shown(series.directory)}/pristine.tsv names{also}")
+        raise NotPristine(f"{found.source}: {wrong[0]} is not the file "
+                          f"{shown(series.directory)}/pristine.tsv names{also}")
     return dataclasses.replace(found, files={rel: found.files[rel] for rel in wanted})
 
 

@@ -172,7 +172,8 @@ def status_record(install: Install) -> Dict[str, object]:
         "files": {rel: kind.value for rel, kind in sorted(status.kinds.items())},
         "says": status.message(),
         "note": status.note,
-        "left_from_torch": earlier if earlier and earlier != install.version else None,
+        "left_from_torch": earlier if earlier and earlier != install.version
+        and not status.state.recovery else None,
         "stale_bytecode": stale,
     }
 

@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import json
 import sys
-from typing import Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
+from typing import Callable, cast, ContextManager, Dict, List, Mapping, Optional, Tuple
 
 from torch_backport.infra.errors import BackportError, Failed, Refused, report
 from torch_backport.infra.paths import shown
@@ -188,10 +188,12 @@ def show_status_json(mode: Mode, chosen: List[Topic], named: bool,
     records: List[Dict[str, object]] = []
     for topic in chosen:
         unavailable = left_alone(mode, "status", topic, named)
-        records.append({"topic": topic.name, "state": "not available", "exit_code": 0,
+        records.append({"topic": topic.name, "state": "not available",
+                        "exit_code": int(Exit.OK),
                         "says": "\n".join(unavailable)} if unavailable is not None
                        else mode.status_record(topic))
-    code = max(int(str(record["exit_code"])) for record in records)
+    # int(), never str(): an Exit prints as "Exit.FAILED" on Python 3.9 and 3.10.
+    code = max(int(cast(int, record["exit_code"])) for record in records)
     missing = [] if code or named else mode.unapplied_defaults(chosen)
     found: Dict[str, object] = {"python": sys.executable, "topics": records,
                                 "partly_applied": missing}
@@ -242,7 +244,7 @@ def guard(mode: Mode, code: int) -> int:
     wrong = [reason for reason in map(mode.unexpected, select_topics(None)) if reason]
     if wrong:
         print(f"\nexpected patched: {'; '.join(wrong)}")
-        return max(code, 1)
+        return max(code, Exit.FAILED)
     print("\nexpected patched: every default topic is applied or upstream's")
     return code
 

@@ -101,13 +101,17 @@ def imported_from(install: Install) -> List[str]:
     not the install --status reads."""
     try:
         import torch
-        # Its import warns where there is no CUDA runtime ("No CUDA runtime
-        # is found"): here, before the table, not between two of its lines.
-        import torch.utils.cpp_extension  # noqa: F401
     except Exception as problem:  # a broken install: its files are --status's to read
         raise Failed(f"{sys.executable} cannot import torch ({type(problem).__name__}: "
                      f"{problem}); --status reads its files, --verify needs it to run") from None
 
+    try:
+        # Its import warns where there is no CUDA runtime ("No CUDA runtime
+        # is found"): here, before the table, not between two of its lines.
+        # (It needs setuptools; where that is missing, a cell says so.)
+        import torch.utils.cpp_extension  # noqa: F401
+    except ImportError:
+        pass
     running = Path(torch.__file__).resolve().parent
     lines = [f"torch {torch.__version__} imported from {running}, by {sys.executable}"]
     if running != (install.site / "torch").resolve():
@@ -202,7 +206,8 @@ def model_verdict(spec: str, work: Path, states: Dict[str, Optional[Status]],
         print(f"  {advice(topic, states.get(topic), command)}")
     for line in closing_lines(words):
         print(line)
-    return 1 if any(word in ("WRONG", "raised") for word in words.values()) else 0
+    return Exit.FAILED if any(word in ("WRONG", "raised") for word in words.values()) \
+        else Exit.OK
 
 
 def run(order: Order) -> int:

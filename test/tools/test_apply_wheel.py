@@ -285,6 +285,13 @@ applied 3 patches to 1 files; originals kept in <site>/.torch-pregrad-backport-a
         self.assertEqual(code, 3, output)
         self.assertIn("\nunseen: torch 2.16.0 has the feature", output)
         self.assertIn("(topic autocast-cache-key)\nnot available for this release:", output)
+        code, output = install.run("--status", "--json")
+        self.assertEqual(code, 3, output)
+        found = json.loads(output)
+        self.assertEqual(found["exit_code"], 3)
+        self.assertEqual(found["topics"][0]["state"], "unseen")
+        self.assertIn("has the feature", found["topics"][0]["says"])
+        self.assertEqual(found["topics"][1]["state"], "not available")
 
     def test_expect_patched_fails_after_a_reinstall(self) -> None:
         """pip install --force-reinstall over a patched install puts the

@@ -101,40 +101,45 @@ def with_release(rows: Rows, release: str, cells: Dict[str, str], default: str) 
     return "\n".join(lines) + "\n"
 
 
+def release_rows(patches: Path, name: str) -> Dict[str, str]:
+    """A release list of patches/ (candidates.tsv, prereleases.tsv): each
+    release -> the rest of its row ("" if none); empty if there is no file."""
+    path = patches / name
+    if not path.is_file():
+        return {}
+    return {release: rest for release, _, rest in (
+        line.partition("\t") for line in path.read_text().splitlines()
+        if line.strip() and not line.startswith("#"))}
+
+
+def with_release_row(patches: Path, name: str, head: List[str], release: str,
+                     row: Optional[str]) -> str:
+    """That list's text with `release`'s row replaced by `row`, or removed (None)."""
+    path = patches / name
+    lines = path.read_text().splitlines() if path.is_file() else list(head)
+    lines = [line for line in lines if line.split("\t")[0] != release]
+    if row is not None:
+        lines.append(row)
+    return "\n".join(lines) + "\n"
+
+
 def read_candidates(patches: Path) -> List[str]:
     """The releases of <patches>/candidates.tsv; none if there is no file."""
-    path = patches / CANDIDATES
-    if not path.is_file():
-        return []
-    return [line.split("\t")[0] for line in path.read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
+    return list(release_rows(patches, CANDIDATES))
 
 
 def read_prereleases(patches: Path) -> Dict[str, str]:
     """<patches>/prereleases.tsv: release -> the index its files came from."""
-    path = patches / PRERELEASES
-    if not path.is_file():
-        return {}
-    return {fields[0]: fields[1] if len(fields) > 1 else ""
-            for fields in (line.split("\t") for line in path.read_text().splitlines()
-                           if line.strip() and not line.startswith("#"))}
+    return release_rows(patches, PRERELEASES)
 
 
 def with_prerelease(patches: Path, release: str, index: Optional[str]) -> str:
     """prereleases.tsv's text with `release` from `index`, or without it (None)."""
-    path = patches / PRERELEASES
-    lines = path.read_text().splitlines() if path.is_file() else list(PRERELEASES_HEAD)
-    lines = [line for line in lines if line.split("\t")[0] != release]
-    if index is not None:
-        lines.append(f"{release}\t{index}")
-    return "\n".join(lines) + "\n"
+    return with_release_row(patches, PRERELEASES, PRERELEASES_HEAD, release,
+                            None if index is None else f"{release}\t{index}")
 
 
 def with_candidate(patches: Path, release: str, listed: bool) -> str:
     """candidates.tsv's text with `release` listed or not."""
-    path = patches / CANDIDATES
-    lines = path.read_text().splitlines() if path.is_file() else list(CANDIDATES_HEAD)
-    lines = [line for line in lines if line.split("\t")[0] != release]
-    if listed:
-        lines.append(release)
-    return "\n".join(lines) + "\n"
+    return with_release_row(patches, CANDIDATES, CANDIDATES_HEAD, release,
+                            release if listed else None)

@@ -1,12 +1,16 @@
 """Child process of test_cpu_isa_probe.py: probe scenarios, in turn.
 
-Usage: isa_probe_child.py FAKE_TORCH_DIR SCENARIO=CACHE_DIR [SCENARIO=CACHE_DIR ...]
+Usage: isa_probe_child.py FAKE_TORCH_DIR LIBRARIES SCENARIO=CACHE_DIR [SCENARIO=CACHE_DIR ...]
 
 Each scenario runs Inductor's CPU vector-ISA probe (`valid_vec_isa_list()`,
 `pick_vec_isa()`) once, from empty functools caches (those of a new process,
 or emptied by isa_probe.forget_probe_answers() after the scenario before it)
 and in a cache directory of its own (TORCHINDUCTOR_CACHE_DIR), with what the
-scenario changes in torch undone after it. The probe
+scenario changes in torch undone after it. The cache directory starts with
+the test libraries of LIBRARIES (a directory of the test's), and what the
+scenario compiled goes there: a library is named by the hash of its source
+and its command line, and the probe compiles only one it does not find, so
+each is compiled once; the probe's `.load_ok` marks never move (kept_kernels.py). The probe
 children (`python -c "...cdll.LoadLibrary(<test library>)"`) are observed by
 wrapping `subprocess.run` and `subprocess.check_call`, which is how the stock
 (`check_call`) and the changed (`run`) probe start them. Scenarios:
@@ -38,12 +42,14 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch._inductor import cpu_vec_isa
 from torch._inductor.utils import python_subprocess_env
 
+import kept_kernels
 from isa_probe import forget_probe_answers
 
 # The probe child of torch 2.9-2.12, verbatim.
@@ -166,14 +172,16 @@ def scenario_undone(cache_dir: str) -> Iterator[None]:
         forget_probe_answers()
 
 
-def main(fake_torch_dir: str, scenarios: list[str]) -> None:
+def main(fake_torch_dir: str, libraries: Path, scenarios: list[str]) -> None:
     reports = []
     for item in scenarios:
         scenario, _, cache_dir = item.partition("=")
+        kept_kernels.copy_missing(libraries, Path(cache_dir))
         with scenario_undone(cache_dir):
             reports.append(run_scenario(scenario, fake_torch_dir))
+        kept_kernels.copy_missing(Path(cache_dir), libraries)
     print(json.dumps(reports))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    main(sys.argv[1], Path(sys.argv[2]), sys.argv[3:])

@@ -11,6 +11,9 @@ Nothing here holds what the tests count (the FX graph cache, the
 AOTAutogradCache: compile_caches.py empties them for every test); a kernel
 is a file named by the hash of its source and its command line, which
 Inductor loads where it finds it, as it does across processes.
+The vector-ISA probe's test libraries are kept the same way, in a store of
+their own within the key's (PROBE_LIBRARIES, test_cpu_isa_probe.py), and its
+`.load_ok` marks, which decide whether a probe starts a child, never are.
 
 The key: the interpreter, the compiler and what it prints of its version,
 the CPU's flags (`-march=native` is a literal on the command line) and the
@@ -47,6 +50,11 @@ PRECOMPILED_HEADERS = "precompiled_headers"
 # `.py`) and the precompiled headers.
 KERNEL_DIRECTORY = re.compile(r"[a-z0-9]{2}")
 PUBLISHING = ".publishing-"
+LOAD_OK = ".load_ok"
+# The vector-ISA probe's test libraries (test_cpu_isa_probe.py), in a store
+# of their own inside a key's store: the probe's tests compile them into
+# cache directories of their own, never into a live one.
+PROBE_LIBRARIES = "isa_probe_libraries"
 
 
 def is_kernel_directory(name: str) -> bool:
@@ -162,55 +170,97 @@ def refused(store: Path) -> bool:
     return found is not None
 
 
+def is_kept_file(path: Path, directory: Path) -> bool:
+    """Whether `path`, under `directory` (a live cache directory or a store),
+    is kept: a regular file that is not a lock, nor the vector-ISA probe's
+    mark that a test library loaded (`<library>.load_ok`, torch 2.14+), which
+    is the probe's state, not a kernel: without it a probe starts its
+    children as on a new machine."""
+    return (path.is_file() and not path.is_symlink() and path.suffix != ".lock"
+            and not path.name.endswith(LOAD_OK) and PUBLISHING not in path.name
+            and "locks" not in path.relative_to(directory).parts)
+
+
+def kept_files(directory: Path) -> Iterable[Path]:
+    for entry in kept_entries(directory):
+        for path in entry.rglob("*"):
+            if is_kept_file(path, directory):
+                yield path
+
+
+def copy_missing(source: Path, target: Path) -> int:
+    """Copy each kept file of `source` that `target` lacks, between two
+    directories of this process's own (no store); how many files."""
+    copied = 0
+    for path in kept_files(source) if source.is_dir() else ():
+        destination = target / path.relative_to(source)
+        if not destination.exists():
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, destination)
+            copied += 1
+    return copied
+
+
 def seed(live: Path, store: Path) -> int:
     """Copy what the store holds into the live directory; how many files."""
     if not store.is_dir() or refused(store):
         return 0
-    copied = 0
-    for directory in kept_entries(store):
-        for source in directory.rglob("*"):
-            if source.is_file() and not source.is_symlink() and PUBLISHING not in source.name:
-                target = live / source.relative_to(store)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, target)
-                copied += 1
-    return copied
+    return copy_missing(store, live)
 
 
 def publish(live: Path, store: Path) -> int:
-    """Add to the store each kept file of the live directory that it lacks
-    (lock files aside); other keys' stores beside it go. How many files."""
+    """Add to the store each kept file of the live directory that it lacks;
+    other keys' stores beside it go. How many files."""
     if refused(store):
         return 0
-    for directory in (store.parent, store):
-        if not directory.exists():
-            directory.mkdir(mode=0o700, parents=True)
-            directory.chmod(0o700)  # whatever the umask
+    make_private(store)
     for other in store.parent.iterdir():
         if other != store and other.is_dir():
             shutil.rmtree(other, ignore_errors=True)
+    return add(live, store)
+
+
+def make_private(directory: Path) -> None:
+    """`directory` and its parents up to an existing one, made 0700 whatever
+    the umask."""
+    missing = [directory, *directory.parents]
+    missing = missing[:next(i for i, path in enumerate(missing) if path.exists())]
+    for path in reversed(missing):
+        path.mkdir(mode=0o700)
+        path.chmod(0o700)
+
+
+def add(live: Path, store: Path) -> int:
+    """Add to `store` each kept file of `live` that it lacks, each under a
+    temporary name first, so a reader never sees half a file; how many."""
+    if refused(store):
+        return 0
+    make_private(store)
     added = 0
-    for directory in kept_entries(live):
-        for source in directory.rglob("*"):
-            if (not source.is_file() or source.is_symlink() or source.suffix == ".lock"
-                    or "locks" in source.relative_to(live).parts):
-                continue
-            target = store / source.relative_to(live)
-            if target.exists():
-                continue
-            target.parent.mkdir(mode=0o700, exist_ok=True)
-            handle, partial = tempfile.mkstemp(prefix=PUBLISHING, dir=target.parent)
-            os.close(handle)
-            try:
-                shutil.copy2(source, partial)
-                os.replace(partial, target)
-            finally:
-                if os.path.exists(partial):
-                    os.unlink(partial)
-            added += 1
+    for source in kept_files(live):
+        target = store / source.relative_to(live)
+        if target.exists():
+            continue
+        target.parent.mkdir(mode=0o700, exist_ok=True)
+        handle, partial = tempfile.mkstemp(prefix=PUBLISHING, dir=target.parent)
+        os.close(handle)
+        try:
+            shutil.copy2(source, partial)
+            os.replace(partial, target)
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+        added += 1
     return added
 
 
 def store_root() -> Path | None:
     value = os.environ.get(STORE_VARIABLE)
     return Path(value) if value else None
+
+
+def probe_library_store() -> Path | None:
+    """Where the vector-ISA probe's test libraries are kept for this venv's
+    key, if the matrix named a store."""
+    root = store_root()
+    return None if root is None else store_of(root, key_inputs()) / PROBE_LIBRARIES

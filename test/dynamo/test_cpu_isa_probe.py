@@ -11,9 +11,14 @@ torch is replaced but the probe script or environment a scenario is about.
 The first run of every scenario is one child process (isa_probe_child.py),
 the scenarios one after another, each from emptied functools caches (where
 the probe keeps its answers) with what it changed in torch undone after it,
-and each in a new TORCHINDUCTOR_CACHE_DIR of its own, so no marker or
-compiled library carries over; a second run of a scenario (the warm start)
-is a process of its own. Each runs once per class.
+and each in a new TORCHINDUCTOR_CACHE_DIR of its own, so no `.load_ok`
+marker carries over; a second run of a scenario (the warm start) is a
+process of its own. Each runs once per class. The test libraries, named by
+the hash of their source and command line, are compiled once and copied into
+each new cache directory (the probe compiles only a library it does not
+find), and kept between runs with the matrix's kernels (kept_kernels.py): the
+probe's children and answers are what the tests count, and the markers that
+decide whether a child starts never move.
 The class runs the real probe (isa_probe.real_probe()), where the other
 suites take the ISAs /proc/cpuinfo lists (TORCHINDUCTOR_VEC_ISA_OK=1); one
 test checks that the two answers agree here.
@@ -41,6 +46,7 @@ from torch._inductor.cpu_vec_isa import pick_vec_isa
 from torch._inductor.test_case import TestCase
 from torch._inductor.utils import run_and_get_cpp_code
 
+import kept_kernels
 from isa_probe import forget_probe_answers, real_probe
 from isa_probe_child import describe
 
@@ -71,10 +77,17 @@ class CpuIsaProbeTests(TestCase):
         fake_torch = cls.root / "fake-torch" / "torch"
         fake_torch.mkdir(parents=True)
         (fake_torch / "__init__.py").write_text(f"raise ImportError({FAKE_TORCH_MESSAGE!r})\n")
+        cls.libraries = cls.root / "test-libraries"
+        cls.libraries.mkdir()
+        cls.library_store = kept_kernels.probe_library_store()
+        if cls.library_store is not None:
+            kept_kernels.seed(cls.libraries, cls.library_store)
         cls._runs: dict[str, list[dict]] = {}
 
     @classmethod
     def tearDownClass(cls) -> None:
+        if cls.library_store is not None:
+            kept_kernels.add(cls.libraries, cls.library_store)
         cls._tmp.cleanup()
         cls._real_probe.close()
         super().tearDownClass()
@@ -96,6 +109,7 @@ class CpuIsaProbeTests(TestCase):
     def child_process(self, scenarios: Sequence[str]) -> list[dict]:
         result = subprocess.run(
             [sys.executable, str(HERE / "isa_probe_child.py"), str(self.root / "fake-torch"),
+             str(self.libraries),
              *(f"{name}={self.root / f'cache-{name}'}" for name in scenarios)],
             capture_output=True,
             text=True,

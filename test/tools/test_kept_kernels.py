@@ -108,6 +108,17 @@ class StoreTrustTest(ScratchTestCase):
         self.assertEqual(seed(fresh, store), 1)
         self.assertEqual((fresh / "ab" / "cab.so").read_bytes(), b"kernel")
 
+    def test_the_isa_probes_load_marks_are_never_kept(self) -> None:
+        """`<library>.load_ok` tells torch 2.14+'s probe to start no child:
+        kept, it would hide the children the probe tests count."""
+        live = self.tmp / "live"
+        (live / "ab").mkdir(parents=True)
+        (live / "ab" / "cab.so").write_bytes(b"library")
+        (live / "ab" / "cab.so.load_ok").write_bytes(b"")
+        store = self.tmp / "kernels" / "torch-x" / "key"
+        self.assertEqual(publish(live, store), 1)
+        self.assertEqual(sorted(path.name for path in (store / "ab").iterdir()), ["cab.so"])
+
     def test_a_store_others_may_write_to_is_ignored(self) -> None:
         for directory in ("parent", "key", "kernel directory"):
             with self.subTest(directory):

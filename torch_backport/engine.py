@@ -33,13 +33,21 @@ def has_pypa() -> bool:
     return importlib.util.find_spec("wheel") is not None and transport.available()
 
 
+def pypa_venv(cache: Path) -> Path:
+    """PyPA's venv for this Python: `--wheel` builds for the Python that runs
+    the command, and `--lock` resolves with its pip, so the venv is made by
+    this interpreter (a python3 of 3.10 gets a cp310 wheel, not one for the
+    Python of a venv another run made)."""
+    return cache / "tools" / f"pypa-py{sys.version_info.major}.{sys.version_info.minor}"
+
+
 def pypa_python(cache: Path) -> str:
-    """A venv in the cache with PyPA's wheel and packaging, made once (one
-    run at a time: two test jobs may ask at once). Only a cache no other
-    user can write to is used (trusted_cache), checked again under the lock
-    just before its python runs."""
-    tools = cache / "tools"
-    venv = tools / "pypa"
+    """A venv in the cache with PyPA's wheel and packaging, made once per
+    Python (one run at a time: two test jobs may ask at once). Only a cache
+    no other user can write to is used (trusted_cache), checked again under
+    the lock just before its python runs."""
+    venv = pypa_venv(cache)
+    tools = venv.parent
     python = venv / "bin" / "python"
     ready = venv / ".pregrad-ready"
     make_dirs(tools, trusted_cache(cache), 0o700)

@@ -1,16 +1,17 @@
-"""The patched torch 2.11.0 wheel, built by `scripts/apply.sh --wheel
-torch==2.11.0` from the release wheel and installed by pip: scripts/test.sh's
-wheel job runs this file in that venv.
+"""A patched torch wheel, built by `scripts/apply.sh --wheel torch==X` from
+the release wheel and installed by pip: scripts/test.sh's wheel jobs run this
+file in that venv (2.11.0 on the matrix's Python, and the release of each
+other Python's row, whose wheel was built with that Python as python3).
 
 The behaviour and results suites are not run here again: every file the
-wheel installed is compared, sha256 for sha256, with the patched 2.11.0 copy
-(PREGRAD_PATCHED_COPY_PYTHON), which runs every suite. The copy has every
-topic and the wheel the default ones, so the files of the other topics are
-the only ones that may differ, and there they equal the release's RECORD.
+wheel installed is compared, sha256 for sha256, with the patched copy of the
+same release and Python (PREGRAD_PATCHED_COPY_PYTHON), which runs them. The
+copy has every topic and the wheel the default ones, so the files of the
+other topics are the only ones that may differ, and there they equal the
+release's RECORD. The README's hash-pin recipe runs in the 2.11.0 job.
 
 PREGRAD_PATCHED_WHEEL names the wheel the venv was installed from; without
-it (any other run) these tests skip.
-"""
+it (any other run) these tests skip."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ APPLY = REPO / "scripts" / "apply.sh"
 WHEEL = os.environ.get("PREGRAD_PATCHED_WHEEL", "")
 PATCHED_COPY = os.environ.get("PREGRAD_PATCHED_COPY_PYTHON", "")
 README = REPO / "README.md"
+README_RELEASE = "2.11.0"  # the release the README's recipe builds
 README_RECIPE = re.compile(r"<!-- the hash-pin recipe:[^\n]*-->\n```sh\n(.*?)```", re.S)
 
 
@@ -51,10 +53,14 @@ def bytes_under(top: Path) -> int:
 
 @unittest.skipUnless(WHEEL, "run by scripts/test.sh's wheel job (PREGRAD_PATCHED_WHEEL)")
 class InstalledPatchedWheelTests(unittest.TestCase):
-    def test_this_torch_is_the_patched_wheel(self) -> None:
-        version = Path(WHEEL).name.split("-")[1]
+    def test_this_torch_is_the_patched_wheel_for_this_python(self) -> None:
+        """The wheel `apply.sh --wheel` wrote when this Python was python3 is
+        for this Python (cp310 for 3.10), and it is what is installed."""
+        name, version, python_tag = Path(WHEEL).name.split("-")[:3]
         self.assertEqual(metadata.version("torch"), version)
-        self.assertRegex(version, r"^2\.11\.0\+pregrad\.g[0-9a-f]{10}$")
+        release = metadata.version("torch").split("+")[0]
+        self.assertRegex(version, rf"^{re.escape(release)}\+pregrad\.g[0-9a-f]{{10}}$")
+        self.assertEqual(python_tag, f"cp{sys.version_info.major}{sys.version_info.minor}")
 
     def test_pip_check_passes(self) -> None:
         result = subprocess.run([sys.executable, "-m", "pip", "check"],
@@ -88,6 +94,8 @@ class InstalledPatchedWheelTests(unittest.TestCase):
         self.assertEqual(sorted(differing), sorted(rel for rel in not_in_wheel
                                                    if (ours / rel).is_file()))
 
+    @unittest.skipUnless(Path(WHEEL).name.startswith(f"torch-{README_RELEASE}+"),
+                         f"the README's recipe is torch {README_RELEASE}'s (the wheel job's)")
     def test_the_readme_hash_pin_recipe_run_as_it_is_gives_a_working_torch(self) -> None:
         """README.md's recipe, in a scratch directory that has the clone's
         scripts/ (so `scripts/apply.sh` is the README's path): a rebuild

@@ -106,7 +106,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence, TextIO, Tuple
+from typing import Dict, List, Optional, Sequence, TextIO, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -272,16 +272,34 @@ class RealSetup:
 
     def patched_wheel(self, builds: Dict[str, Build]) -> Tuple[str, str]:
         """The patched 2.11.0 wheel, pip-installed into a copy of the stock venv."""
-        wheel_log = self.logs / "wheel.log"
         step(f"patched wheel of torch {WHEEL_RELEASE}, installed into a copy of its venv "
-             f"(logs: {wheel_log})")
-        wheel_venv = venvs.venvs_dir() / f"torch-{WHEEL_RELEASE}-wheel"
-        stock_venv = Path(builds[WHEEL_RELEASE].stock).parent.parent
-        with open(wheel_log, "a") as log:
-            venvs.seed_release_wheel(WHEEL_RELEASE, log)
-            made = subprocess.run([str(APPLY), "--wheel", f"torch=={WHEEL_RELEASE}", "--out",
+             f"(logs: {self.logs / 'wheel.log'})")
+        return self.installed_wheel(builds[WHEEL_RELEASE])
+
+    def patched_wheel_on(self, build: Build, python: str) -> Tuple[str, str]:
+        """The release's patched wheel built by `scripts/apply.sh --wheel` run
+        with Python `python` as python3 (the wheel is for that Python), and
+        pip-installed into a copy of the stock venv of that Python."""
+        wheel_python, wheel = self.installed_wheel(build, venvs.interpreter_of(python))
+        self.note(f"   {build.release} on Python {python}: {wheel_python}")
+        return wheel_python, wheel
+
+    def installed_wheel(self, build: Build,
+                        interpreter: Optional[str] = None) -> Tuple[str, str]:
+        release = build.release
+        wheel_log = self.logs / "wheel.log"
+        wheel_venv = venvs.venvs_dir() / f"torch-{release}{build.label}-wheel"
+        stock_venv = Path(build.stock).parent.parent
+        with open(wheel_log, "a") as log, tempfile.TemporaryDirectory() as front:
+            env = dict(os.environ)
+            if interpreter is not None:
+                # The user whose python3 is this Python: a link first on PATH.
+                os.symlink(interpreter, Path(front) / "python3")
+                env["PATH"] = f"{front}{os.pathsep}{env['PATH']}"
+            venvs.seed_release_wheel(release, log, interpreter)
+            made = subprocess.run([str(APPLY), "--wheel", f"torch=={release}", "--out",
                                    str(cache_dir() / "patched-wheels")],
-                                  stdout=subprocess.PIPE, stderr=log, text=True)
+                                  stdout=subprocess.PIPE, stderr=log, text=True, env=env)
             log.write(made.stdout)
             wrote = [line[len("wrote "):] for line in made.stdout.splitlines()
                      if line.startswith("wrote ")]
@@ -289,8 +307,8 @@ class RealSetup:
             if not (wrote and venvs.run_into(log, ["cp", "-al", stock_venv, wheel_venv])
                     and venvs.run_into(log, [venvs.python_of(wheel_venv), *venvs.QUIET_PIP,
                                              "install", "--no-deps", wrote[-1]])):
-                raise SetupFailed(f"building or installing the patched {WHEEL_RELEASE} wheel "
-                                  f"failed; see {wheel_log}")
+                raise SetupFailed(f"building or installing the patched {release}{build.label} "
+                                  f"wheel failed; see {wheel_log}")
         self.note(f"   {wrote[-1]}")
         return str(venvs.python_of(wheel_venv)), wrote[-1]
 
@@ -324,6 +342,12 @@ class PredictedSetup:
     def patched_wheel(self, builds: Dict[str, Build]) -> Tuple[str, str]:
         return (str(venvs.python_of(venvs.venvs_dir() / f"torch-{WHEEL_RELEASE}-wheel")),
                 f"<the wheel `apply.sh --wheel torch=={WHEEL_RELEASE}` writes>")
+
+    def patched_wheel_on(self, build: Build, python: str) -> Tuple[str, str]:
+        return (str(venvs.python_of(venvs.venvs_dir() / f"torch-{build.release}{build.label}"
+                                    "-wheel")),
+                f"<the wheel `apply.sh --wheel torch=={build.release}` writes, run by Python "
+                f"{python}>")
 
     def tiers(self, builds: Sequence[Build]) -> List[Tuple[str, Tier]]:
         missing = [build.release for build in builds

@@ -230,6 +230,18 @@ def wheel_jobs(builds: Dict[str, Build], wheel_python: str, wheel: str,
                 {**env, "PREGRAD_UV_FLEET": "1"})]
 
 
+def wheel_job_on(build: Build, wheel_python: str, wheel: str,
+                 pytest_args: Sequence[str]) -> Job:
+    """The release's patched wheel for another Python, installed: its files
+    compared with that Python's patched copy, pip check, --status (the
+    README's recipe is run on the matrix's own Python, by the wheel job)."""
+    name = f"wheel-{build.release}{build.label}"
+    return Job(name, name, wheel_python,
+               ["test/dynamo/test_installed_patched_wheel.py", *pytest_args],
+               {"PREGRAD_PATCHED_WHEEL": wheel, "PREGRAD_PATCHED_COPY_PYTHON": build.patched},
+               build.release)
+
+
 def new_base_job(builds: Dict[str, Build], pytest_args: Sequence[str]) -> Optional[Job]:
     """The rehearsal of scripts/new-base on every base; None unless every
     release of NEW_BASE_RELEASES is part of the run."""
@@ -260,6 +272,10 @@ class Setup(Protocol):
 
     def patched_wheel(self, builds: Dict[str, Build]) -> Tuple[str, str]:
         """(the python of a venv with the patched wheel installed, the wheel)."""
+
+    def patched_wheel_on(self, build: Build, python: str) -> Tuple[str, str]:
+        """The same for `build`, a release on CPython `python`, the wheel
+        built by `apply.sh --wheel` run with that Python as python3."""
 
     def tiers(self, builds: Sequence[Build]) -> List[Tuple[str, Tier]]:
         """(release, its tier by content) for each build, in the order given."""
@@ -298,6 +314,8 @@ def plan(selected: Sequence[str], pytest_args: Sequence[str], setup: Setup,
             build = setup.release_on(release, python)
             tiers[f"{release}{build.label}"] = Tier("short", f"{release} on Python {python}")
             queue_to_run(short_tier(build, pytest_args, verify=True))
+            queue_to_run([wheel_job_on(build, *setup.patched_wheel_on(build, python),
+                                       pytest_args)])
     rehearsal = new_base_job(builds, pytest_args)
     if rehearsal is None:
         setup.note(f"   new-base rehearsal: not run (needs {' '.join(NEW_BASE_RELEASES)} "

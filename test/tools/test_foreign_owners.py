@@ -18,6 +18,7 @@ from pathlib import Path
 from fake_install import APPLY, InstallTestCase, source_python, STATE_DIRNAME, STOCK, TOUCHED
 from fake_wheel import make_fake_wheel, release_files
 from other_user import as_nobody, DEADLINE, give_to_nobody, needs_root_and_setpriv, NOBODY
+from torch_backport.engine import pypa_venv
 
 PYPA_READY = "wheel==0.48.0 packaging==26.4 urllib3==2.8.0"  # engine.PYPA
 
@@ -43,7 +44,7 @@ class ForeignCacheTest(InstallTestCase):
         """A python in the cache's PyPA venv, marked ready, that leaves a
         file when it runs; the file's path."""
         ran = self.tmp / "nobody-ran"
-        venv = cache / "tools" / "pypa"
+        venv = pypa_venv(cache)
         (venv / "bin").mkdir(parents=True)
         (venv / "bin" / "python").write_text(f"#!/bin/sh\ntouch {ran}\n")
         (venv / "bin" / "python").chmod(0o755)
@@ -68,11 +69,11 @@ class ForeignCacheTest(InstallTestCase):
     def test_a_file_another_user_owns_in_the_cache_is_refused_by_name(self) -> None:
         cache = self.tmp / "cache"
         ran = self.planted_pypa(cache)
-        give_to_nobody(cache / "tools" / "pypa" / "bin" / "python")
+        give_to_nobody(pypa_venv(cache) / "bin" / "python")
         code, output = run_apply("--wheel", "torch==2.11.0", "--out", str(self.tmp / "out"),
                                  env={"PREGRAD_CACHE": str(cache)})
         self.assertRefusedCache(cache, output, code,
-                                f"{cache}/tools/pypa/bin/python is owned by uid {NOBODY}")
+                                f"{pypa_venv(cache)}/bin/python is owned by uid {NOBODY}")
         self.assertFalse(ran.exists(), "the planted python ran")
 
     def test_a_cache_below_a_directory_others_may_write_to_is_refused(self) -> None:

@@ -285,7 +285,7 @@ def cache_dir() -> Path:
 
 
 # The parts of the cache that hold what is executed or read as the caller:
-# PyPA's venv (tools/pypa) and the downloaded release wheels.
+# PyPA's venvs (tools/pypa-pyX.Y) and the downloaded release wheels.
 CACHE_SUBTREES = ("tools", "wheels")
 
 

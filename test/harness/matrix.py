@@ -304,9 +304,12 @@ class RealSetup:
             wrote = [line[len("wrote "):] for line in made.stdout.splitlines()
                      if line.startswith("wrote ")]
             shutil.rmtree(wheel_venv, ignore_errors=True)
+            install_env = dict(os.environ)
+            venvs.lift_configured_constraint(install_env, release, log)
             if not (wrote and venvs.run_into(log, ["cp", "-al", stock_venv, wheel_venv])
                     and venvs.run_into(log, [venvs.python_of(wheel_venv), *venvs.QUIET_PIP,
-                                             "install", "--no-deps", wrote[-1]])):
+                                             "install", "--no-deps", wrote[-1]],
+                                       install_env)):
                 raise SetupFailed(f"building or installing the patched {release}{build.label} "
                                   f"wheel failed; see {wheel_log}")
         self.note(f"   {wrote[-1]}")

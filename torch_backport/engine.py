@@ -53,11 +53,15 @@ def pypa_python(cache: Path) -> str:
     make_dirs(tools, trusted_cache(cache), 0o700)
     with locked(tools):
         trusted_cache(cache)
-        if ready.is_file() and ready.read_text() == " ".join(PYPA):
+        if ready.is_file() and ready.read_text() == " ".join(PYPA) and python.exists():
             return str(python)
         print(f"installing PyPA's {' and '.join(PYPA)} into {venv} (once) ...",
               file=sys.stderr, flush=True)
-        for command in ([sys.executable, "-m", "venv", "--clear", str(venv)],
+        # The interpreter's own file: a venv links to the directory of the
+        # name it was made by, and a python3 that is a link in a directory
+        # that goes away (a temporary one) would leave it without a python.
+        interpreter = os.path.realpath(sys.executable)
+        for command in ([interpreter, "-m", "venv", "--clear", str(venv)],
                         [str(python), "-m", "pip", "install", "--quiet",
                          "--disable-pip-version-check", *PYPA]):
             if subprocess.run(command).returncode != 0:

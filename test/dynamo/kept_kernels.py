@@ -217,7 +217,7 @@ def publish(live: Path, store: Path) -> int:
     for other in store.parent.iterdir():
         if other != store and other.is_dir():
             shutil.rmtree(other, ignore_errors=True)
-    return add(live, store)
+    return copy_published(live, store)
 
 
 def make_private(directory: Path) -> None:
@@ -231,11 +231,17 @@ def make_private(directory: Path) -> None:
 
 
 def add(live: Path, store: Path) -> int:
-    """Add to `store` each kept file of `live` that it lacks, each under a
-    temporary name first, so a reader never sees half a file; how many."""
+    """Add to `store` each kept file of `live` that it lacks (no other key's
+    store goes: PROBE_LIBRARIES is inside one); how many files."""
     if refused(store):
         return 0
     make_private(store)
+    return copy_published(live, store)
+
+
+def copy_published(live: Path, store: Path) -> int:
+    """Each kept file of `live` that the trusted `store` lacks, written under
+    a temporary name first, so a reader never sees half a file; how many."""
     added = 0
     for source in kept_files(live):
         target = store / source.relative_to(live)

@@ -280,23 +280,22 @@ class RealSetup:
         """The release's patched wheel built by `scripts/apply.sh --wheel` run
         with Python `python` as python3 (the wheel is for that Python), and
         pip-installed into a copy of the stock venv of that Python."""
-        wheel_python, wheel = self.installed_wheel(build, venvs.interpreter_of(python))
+        wheel_python, wheel = self.installed_wheel(build, python)
         self.note(f"   {build.release} on Python {python}: {wheel_python}")
         return wheel_python, wheel
 
-    def installed_wheel(self, build: Build,
-                        interpreter: Optional[str] = None) -> Tuple[str, str]:
+    def installed_wheel(self, build: Build, python: Optional[str] = None) -> Tuple[str, str]:
         release = build.release
         wheel_log = self.logs / "wheel.log"
         wheel_venv = venvs.venvs_dir() / f"torch-{release}{build.label}-wheel"
         stock_venv = Path(build.stock).parent.parent
         with open(wheel_log, "a") as log, tempfile.TemporaryDirectory() as front:
             env = dict(os.environ)
-            if interpreter is not None:
+            if python is not None:
                 # The user whose python3 is this Python: a link first on PATH.
-                os.symlink(interpreter, Path(front) / "python3")
+                os.symlink(venvs.interpreter_of(python), Path(front) / "python3")
                 env["PATH"] = f"{front}{os.pathsep}{env['PATH']}"
-            venvs.seed_release_wheel(release, log, interpreter)
+            venvs.seed_release_wheel(release, log, python)
             made = subprocess.run([str(APPLY), "--wheel", f"torch=={release}", "--out",
                                    str(cache_dir() / "patched-wheels")],
                                   stdout=subprocess.PIPE, stderr=log, text=True, env=env)

@@ -132,12 +132,6 @@ def base_interpreter() -> str:
     return os.environ.get("PYTHON", "python3")
 
 
-def minor_of(interpreter: str) -> str:
-    """`interpreter`'s CPython version, 3.10."""
-    return subprocess.run([interpreter, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-
-
 def interpreter_of(minor: str) -> str:
     """CPython `minor` (e.g. 3.10): pyenv's, else python3.10 on PATH (a
     pyenv shim is not one: it fails for a version not selected)."""
@@ -197,18 +191,17 @@ def install_from_wheelhouse(python: Path, requirements: Sequence[Union[str, Path
                                "--find-links", wheelhouse(), *requirements], env))
 
 
-def seed_release_wheel(version: str, log: TextIO, interpreter: Optional[str] = None) -> None:
-    """The release wheel of torch `version` that the venv (of `interpreter`,
-    default the matrix's own Python) was installed from, hard-linked into the
-    tool's own release-wheel cache (<cache>/wheels/, where `apply.sh --wheel`
-    looks first): downloaded once for both."""
+def seed_release_wheel(version: str, log: TextIO, python: Optional[str] = None) -> None:
+    """The release wheel of torch `version` that the venv (of CPython
+    `python`, 3.10; default the matrix's own) was installed from, hard-linked
+    into the tool's own release-wheel cache (<cache>/wheels/, where `apply.sh
+    --wheel` looks first): downloaded once for both."""
     from torch_backport.download.release_wheels import Target, cached
 
-    target = Target.host() if interpreter is None else Target(None, minor_of(interpreter))
+    target = Target.host() if python is None else Target(None, python)
     if cached(version, target, cache_dir()) is not None:
         return
-    python_tag = f"cp{target.python.replace('.', '')}"
-    for wheel in sorted(wheelhouse().glob(f"torch-{version}-{python_tag}-*.whl")):
+    for wheel in sorted(wheelhouse().glob(f"torch-{version}-{target.python_tag}-*.whl")):
         folder = cache_dir() / "wheels" / target.folder
         folder.mkdir(parents=True, exist_ok=True)
         try:

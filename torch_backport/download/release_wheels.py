@@ -58,9 +58,13 @@ class Target:
         return cls(None, f"{sys.version_info.major}.{sys.version_info.minor}")
 
     @property
+    def python_tag(self) -> str:
+        """The wheel's Python tag: cp310 for 3.10."""
+        return f"cp{self.python.replace('.', '')}"
+
+    @property
     def folder(self) -> str:
-        platform = self.platform or HOST_PLATFORM
-        return f"cp{self.python.replace('.', '')}-{platform}"
+        return f"{self.python_tag}-{self.platform or HOST_PLATFORM}"
 
     def pip_options(self) -> List[str]:
         options = ["--only-binary=:all:", "--python-version", self.python]
@@ -69,7 +73,7 @@ class Target:
         return options
 
     def __str__(self) -> str:
-        return f"cp{self.python.replace('.', '')} {self.platform or 'this machine'}"
+        return f"{self.python_tag} {self.platform or 'this machine'}"
 
 
 @dataclasses.dataclass
@@ -117,7 +121,7 @@ def cached(version: str, target: Target, cache: Path) -> Optional[Path]:
     wheel serves a fleet target of the same machine, and the other way
     round. The folder-less layout of earlier releases is read too."""
     wheels = cache / "wheels"
-    python = f"cp{target.python.replace('.', '')}"
+    python = target.python_tag
     for folder in [wheels / target.folder, *sorted(wheels.glob("cp*-*")), wheels]:
         for wheel in sorted([*folder.glob(f"torch-{version}-*.whl"),
                              *folder.glob(f"torch-{version}+*.whl")]):
